@@ -1,0 +1,22 @@
+"""MLxE: deep RL trained by Executors, a Memorizer and a Learner on every core of a machine.
+
+The public API (imported lazily so that ``import mlxe`` and ``mlxe --help`` stay instant):
+``mlxe.train``, ``mlxe.evaluate``, ``mlxe.load_config``, ``mlxe.Config``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["train", "evaluate", "load_config", "Config", "ConfigError", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("train", "evaluate"):
+        from mlxe import api
+
+        return getattr(api, name)
+    if name in ("load_config", "Config", "ConfigError"):
+        from mlxe import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'mlxe' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from mlxe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,191 @@
+"""A3C as improved in seed 000 (MLxE): replayed Monte-Carlo returns, one target and one main model.
+
+Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
+
+* Acting (Executors, NumPy only): sample from softmax(logits) of the weights of this iteration.
+* Targets (Executors, at the end of an episode): discounted returns G over the episode's stored last
+  steps; the discount is constant (``gamma``) or the seed's distance-to-failure schedule
+  gamma(k) = clip(0.0379 ln k + 0.7983, 0.5, 0.99) for the k-th step before a failure. Episodes cut
+  by the step cap are not failures: they bootstrap from V(s') with ``gamma``.
+* Loss (Learner): mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)).
+* Update: RAdam, lr = max(lr0 * 0.998^episodes, 1e-6), batches of 128 drawn from replay;
+  updates per iteration = max(min_updates, N // batch + 1) for N stored steps.
+
+The algorithm knows nothing of threads, processes or machines: Executors call
+:class:`A3CActor`, the Learner calls :class:`A3CLearner`, both on arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlxe.algos.returns import discounted_returns
+from mlxe.envs.cartpole_task import failure_discounts
+from mlxe.exploration import make_exploration
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+
+# Fields of one stored step; shapes per step (obs_dim = d).
+STEP_FIELDS = {
+    "obs": "float32[d]",
+    "action": "int64",
+    "reward": "float32",
+    "next_obs": "float32[d]",
+    "done": "float32",  # 1 on a failure (terminal) step
+    "discount": "float32",  # discount applied to the next step's return
+    "ret": "float32",  # discounted return G (the value target)
+    "logp": "float32",  # log pi_behaviour(a|s), for importance corrections
+}
+
+
+def episode_targets(
+    rewards: np.ndarray,
+    failed: bool,
+    bootstrap_value: float,
+    gamma: float,
+    distance_discount: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step discounts and returns of an episode's stored last ``n`` steps.
+
+    ``failed``: the episode ended in a failure (terminal state: nothing to bootstrap);
+    otherwise it was cut by the step cap and bootstraps ``bootstrap_value`` = V(s') with ``gamma``.
+    With ``distance_discount`` a failed episode's step k steps before the terminal step is
+    discounted by gamma(k); the terminal step's return is its reward.
+    Returns ``(discounts [n], returns [n])``, float32.
+    """
+    n = len(rewards)
+    discounts = np.full(n, gamma, dtype=np.float32)
+    if failed:
+        if distance_discount and n > 1:
+            discounts[:-1] = failure_discounts(n - 1)[::-1]
+        discounts[-1] = 0.0
+        bootstrap_value = 0.0
+    return discounts, discounted_returns(rewards, discounts, bootstrap_value)
+
+
+class A3CActor:
+    """The acting side: ``act(obs [d]) -> (action, log pi(a|s))`` with the current weights.
+
+    ``weights`` is the flat float32 vector the Learner publishes; it is read by reference, so the
+    Executor updates the policy by copying new weights into it.
+    """
+
+    def __init__(self, spec: NetSpec, weights: np.ndarray, exploration: str = "softmax") -> None:
+        self.net = NumpyActorCritic(spec, weights)
+        self.exploration = make_exploration(exploration)
+
+    def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
+        logits = self.net.logits(obs[None])[0].astype(np.float64)
+        action = self.exploration.select(logits, rng)
+        z = logits - logits.max()
+        logp = z[action] - np.log(np.exp(z).sum())
+        return action, float(logp)
+
+    def value(self, obs: np.ndarray) -> float:
+        return float(self.net.value(obs[None])[0])
+
+
+@dataclass
+class LearnerInfo:
+    """What one update reports (means over the batch)."""
+
+    loss: float
+    value_loss: float
+    policy_loss: float
+    entropy: float
+    grad_norm: float
+
+
+class A3CLearner:
+    """The learning side: a main model trained on replayed steps, a target model frozen per iteration.
+
+    ``cfg`` is the ``algo`` section of the run config (:class:`mlxe.config.AlgoConfig`).
+    """
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        from mlxe.models.actor_critic import build_torch
+
+        self.cfg = cfg
+        self.spec = spec
+        self.main = build_torch(spec)
+        self.target = build_torch(spec)
+        self.target.load_state_dict(self.main.state_dict())
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=cfg.lr)
+        self.updates = 0
+
+    # -- schedule ------------------------------------------------------------------------------
+    def learning_rate(self, episodes: int) -> float:
+        return max(self.cfg.lr * self.cfg.lr_decay**episodes, self.cfg.lr_min)
+
+    def begin_iteration(self, episodes: int) -> None:
+        """Freeze the target at the weights that produced this iteration's examples; decay lr."""
+        self.target.load_state_dict(self.main.state_dict())
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(episodes)
+
+    def updates_per_iteration(self, stored_steps: int) -> int:
+        """Minimum-model-updates rule: max(min_updates, N // batch + 1), 0 for an empty memory."""
+        if stored_steps == 0:
+            return 0
+        return max(self.cfg.min_updates, stored_steps // self.cfg.batch_size + 1)
+
+    # -- loss ----------------------------------------------------------------------------------
+    def loss(self, batch: dict[str, np.ndarray]):
+        """``batch``: obs [B, d], action [B], ret [B] (and the other STEP_FIELDS). Returns (loss, info)."""
+        import torch
+        import torch.nn.functional as F
+
+        obs = torch.as_tensor(batch["obs"])
+        action = torch.as_tensor(batch["action"])
+        ret = torch.as_tensor(batch["ret"])
+        logits, value = self.main(obs)
+        logp_all = F.log_softmax(logits, dim=-1)
+        cross_entropy = -logp_all.gather(1, action[:, None]).squeeze(1)
+        advantage = (ret - value).detach()
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        value_loss = (ret - value).pow(2)
+        policy_loss = cross_entropy * advantage
+        loss = (self.cfg.value_coef * value_loss + policy_loss - self.cfg.entropy_coef * entropy).mean()
+        return loss, (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
+
+    # -- update --------------------------------------------------------------------------------
+    def update(self, batch: dict[str, np.ndarray]) -> LearnerInfo:
+        import torch
+
+        loss, (value_loss, policy_loss, entropy) = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
+        self.optimizer.step()
+        self.updates += 1
+        return LearnerInfo(
+            loss.item(), value_loss.item(), policy_loss.item(), entropy.item(), grad_norm.item()
+        )
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+    def weights(self) -> np.ndarray:
+        """The main model as the flat float32 vector Executors act with."""
+        import torch
+
+        with torch.no_grad():
+            return torch.nn.utils.parameters_to_vector(self.main.parameters()).numpy().copy()
+
+    def state_dict(self) -> dict:
+        return {
+            "main": self.main.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.main.load_state_dict(state["main"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])

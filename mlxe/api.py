@@ -1,0 +1,120 @@
+"""The Python API the command line is a thin layer over: ``train``, ``evaluate``, ``load_config``.
+
+>>> import mlxe
+>>> cfg = mlxe.load_config("configs/cartpole_a3c.yaml", ["arch=ia", "stop.max_episodes=50"])
+>>> result = mlxe.train(cfg)
+>>> mlxe.evaluate(result.run_dir, episodes=5)["mean_length"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mlxe.config import Config, ConfigError, load_config, read_yaml, from_dict
+
+__all__ = ["train", "evaluate", "load_config", "TrainResult"]
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    summary: dict
+
+
+ARCHITECTURES = {
+    "istb": dict(asynchronous=False, threads=True),
+    "is": dict(asynchronous=False, threads=False),
+    "ia": dict(asynchronous=True, threads=False),
+    "oa": None,  # online: its own schedule
+}
+
+
+def _run(cfg: Config, trainer) -> str:
+    if cfg.arch == "oa":
+        from mlxe.runtime.architectures.online import run_online
+
+        return run_online(cfg, trainer)
+    from mlxe.runtime.architectures.iterative import run_iterative
+
+    return run_iterative(cfg, trainer, **ARCHITECTURES[cfg.arch])
+
+
+def train(
+    config: Config | str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    resume: str | Path | None = None,
+    progress: bool | None = None,
+) -> TrainResult:
+    """Train until a stop condition; returns the run directory and its summary.
+
+    ``config``: a :class:`Config`, or a YAML path (with ``overrides``); ``resume``: a run directory
+    to continue from its last checkpoint (its own config, plus ``overrides``, e.g. a larger budget).
+    ``progress``: force the live display on or off (default: ``run.progress``).
+    """
+    from mlxe.runtime.trainer import Trainer, load_checkpoint, new_run_dir
+    from mlxe.runtime.transport.workers import WorkerFailed
+
+    checkpoint = None
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"cannot resume: {run_dir} is not a run directory (no config.yaml)")
+        cfg = load_config(run_dir / "config.yaml", overrides)
+        checkpoint = load_checkpoint(run_dir)
+    else:
+        if isinstance(config, Config):
+            cfg = from_dict(_apply(config, overrides))
+        else:
+            cfg = load_config(config, overrides)
+        run_dir = new_run_dir(cfg)
+
+    with Trainer(cfg, run_dir, checkpoint, progress) as trainer:
+        try:
+            reason = _run(cfg, trainer)
+        except WorkerFailed as e:
+            trainer.summary("error", error=str(e))
+            raise
+        evaluation = None
+        if cfg.run.eval_after > 0 and trainer.checkpoint_path.exists():
+            evaluation = evaluate(trainer.checkpoint_path, episodes=cfg.run.eval_after, config=cfg)
+        summary = trainer.summary(reason, evaluation=evaluation)
+    return TrainResult(run_dir, summary)
+
+
+def _apply(cfg: Config, overrides: list[str] | None) -> dict:
+    from mlxe.config import apply_overrides, to_dict
+
+    return apply_overrides(to_dict(cfg), list(overrides or []))
+
+
+def evaluate(
+    source: str | Path,
+    episodes: int = 10,
+    *,
+    seed: int | None = None,
+    max_episode_steps: int | None = None,
+    config: Config | None = None,
+) -> dict:
+    """Replay a trained policy greedily (normal starts, no exploration).
+
+    ``source``: a run directory or a checkpoint file. Returns mean/std return, mean/min/max length
+    and the per-episode lists.
+    """
+    from mlxe.runtime.architectures.common import evaluate_weights, problem_spec
+    from mlxe.runtime.learner import Learner
+    from mlxe.runtime.trainer import load_checkpoint
+
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"no run directory or checkpoint at {source}")
+    if config is None:
+        run_dir = source if source.is_dir() else source.parent.parent
+        config = from_dict(read_yaml(run_dir / "config.yaml"))
+    if max_episode_steps is not None:
+        config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
+    state = load_checkpoint(source)
+    learner = Learner(config, problem_spec(config), seed=0)
+    learner.load_state_dict(state["learner"])
+    return evaluate_weights(config, learner.algo.weights(), episodes, config.seed if seed is None else seed)

@@ -1,0 +1,116 @@
+"""The ``mlxe`` command line: a thin layer over :mod:`mlxe.api`.
+
+Heavy libraries (torch, gymnasium) are imported inside the commands, so ``mlxe --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _train(args: argparse.Namespace) -> int:
+    from mlxe.api import train
+
+    if args.resume is None and args.config is None:
+        print("mlxe train: give a CONFIG file or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    overrides = list(args.overrides)
+    config = args.config
+    if args.resume is not None and config is not None and "=" in config:
+        overrides.insert(0, config)  # `mlxe train --resume RUN k=v`: the first override parsed as CONFIG
+        config = None
+    progress = False if args.no_progress else None
+    result = train(config, overrides, resume=args.resume, progress=progress)
+    s = result.summary
+    print(
+        f"stopped: {s['stop_reason']} after {s['episodes']} episodes, {s['env_steps']} env steps, "
+        f"{s['updates']} updates, {s['wall_s']:.1f} s; best episode {s['best_length']} steps"
+    )
+    if "evaluation" in s:
+        e = s["evaluation"]
+        print(f"greedy evaluation: mean return {e['mean_return']:.1f}, mean length {e['mean_length']:.0f} ({e['episodes']} episodes)")
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from mlxe.api import evaluate
+
+    result = evaluate(args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for i, (ret, n) in enumerate(zip(result["returns"], result["lengths"]), 1):
+        print(f"episode {i:3d}: return {ret:10.2f}  length {n}")
+    print(
+        f"mean return {result['mean_return']:.2f} +- {result['std_return']:.2f}; "
+        f"length mean {result['mean_length']:.1f}, min {result['min_length']}, max {result['max_length']}"
+    )
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mlxe.bench.architectures import bench_architectures
+
+    out = bench_architectures(
+        args.config, seeds=args.seeds, archs=args.archs.split(","), overrides=args.overrides, out_dir=args.out
+    )
+    print(out.read_text() if out.suffix == ".md" else out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlxe",
+        description="MLxE: train RL agents with Executors, a Memorizer and a Learner on every core.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train from a YAML config (key=value overrides, --resume RUN_DIR)")
+    p.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole_a3c.yaml")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, nested keys with dots: algo.lr=3e-4")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no live display (plain lines only at the end)")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("eval", help="replay a trained policy greedily")
+    p.add_argument("source", help="run directory or checkpoint file")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-steps", type=int, default=None, help="episode step cap (default: the run's)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("bench", help="built-in benchmarks")
+    bench = p.add_subparsers(dest="bench", required=True)
+    b = bench.add_parser("architectures", help="ISTB vs IS vs IA vs OA to the 50,000-step goal")
+    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+    b.add_argument("--seeds", type=int, default=5)
+    b.add_argument("--archs", default="istb,is,ia,oa", help="comma-separated subset")
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-architectures-<time>)")
+    b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    b.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from mlxe.config import ConfigError
+
+    try:
+        return args.func(args)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"mlxe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mlxe: aborted", file=sys.stderr)
+        return 130
+    except RuntimeError as e:  # a role failed (WorkerFailed) or similar: already summarized
+        print(f"mlxe: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

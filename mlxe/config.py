@@ -1,0 +1,328 @@
+"""Typed run configuration: YAML files, ``key=value`` overrides, and errors that name the key.
+
+The whole tree is plain dataclasses. Validation walks the type hints, so adding a field is one
+line here; an unknown key, a wrong type or a value outside a ``Literal`` raises :class:`ConfigError`
+naming the dotted key, the value and what is allowed (with the nearest valid key for typos).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key, the value and what is allowed."""
+
+
+@dataclass
+class TaskConfig:
+    """The seed's CartPole task modifications (only valid for CartPole)."""
+
+    enabled: bool = False
+    x_squared: bool = True  # append x^2 to the observation
+    adverse_starts: bool = True  # start near the edges / leaning, with a decaying probability
+    shaped_reward: bool = True  # 1 + centring + uprightness bonus per step
+    failure_reward: float = -10.0  # reward of the failing step
+    distance_discount: bool = True  # gamma(k) grows with the distance k to the failure
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"  # a Gymnasium id or "package.module:Class"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int = 50_000  # training episodes are cut (truncated) here
+    task: TaskConfig = field(default_factory=TaskConfig)
+
+
+@dataclass
+class ModelConfig:
+    trunk: list[int] = field(default_factory=lambda: [128, 256, 128])
+    policy_head: list[int] = field(default_factory=lambda: [64, 128, 64])
+    value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
+    activation: Literal["relu", "tanh", "elu"] = "relu"
+
+
+@dataclass
+class AlgoConfig:
+    name: Literal["a3c"] = "a3c"
+    gamma: float = 0.99  # constant discount (also the bootstrap discount of cut episodes)
+    lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
+    lr_decay: float = 0.998
+    lr_min: float = 1e-6
+    batch_size: int = 128
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float | None = None  # None: no gradient clipping
+    min_updates: int = 0  # updates per iteration = max(min_updates, N // batch_size + 1)
+    exploration: Literal["softmax"] = "softmax"  # how Executors pick actions from the logits
+
+
+@dataclass
+class MemoryConfig:
+    capacity_per_executor: int = 1024  # ring buffer rows = this x executors
+    keep_last_steps: int = 256  # only the last steps of each episode are stored
+    sampler: Literal["uniform"] = "uniform"
+
+
+@dataclass
+class StopConfig:
+    goal_episode_length: int | None = 50_000  # stop when one episode lasts this long
+    max_episodes: int | None = None
+    max_env_steps: int | None = None
+    max_wall_seconds: float | None = None
+    eval_return: float | None = None  # stop when the greedy evaluation mean return reaches this
+    eval_every: int = 10  # iterations (OA: learner-update reports) between evaluations
+    eval_episodes: int = 5
+
+
+@dataclass
+class RunConfig:
+    dir: str = "runs"  # run directories are created under this folder
+    checkpoint_every: int = 10  # iterations between checkpoints (OA: seconds / 2)
+    progress: bool = True
+    window: int = 20  # moving-average window (episodes) of the progress display
+    tensorboard: bool = True
+    plot: bool = True
+    eval_after: int = 0  # greedy evaluation episodes when training ends (0: none)
+
+
+@dataclass
+class Config:
+    name: str = "run"
+    seed: int = 0
+    arch: Literal["istb", "is", "ia", "oa"] = "is"
+    executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
+    start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
+    torch_threads: int = 1  # intra-op threads of each role; small models gain nothing from more
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def num_executors(self) -> int:
+        """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
+        if self.executors == "auto":
+            cores = os.cpu_count() or 1
+            return max(1, cores - 2 if self.arch == "oa" else cores)
+        return self.executors
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "mapping"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Return ``value`` checked (and widened: int -> float) against type hint ``tp``."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return _build(tp, value, key + ".")
+    if origin in (Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{key}: {value!r} is not allowed; expected {_type_name(tp)}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value in allowed and type(value) is type(allowed[allowed.index(value)]):
+            return value
+        raise ConfigError(f"{key}: {value!r} is not allowed; expected one of {', '.join(map(repr, allowed))}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{key}: expected null, got {value!r}")
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _build(cls: type, data: dict, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for k, v in data.items():
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1, cutoff=0.5)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
+            raise ConfigError(f"unknown key '{prefix}{k}'{hint}")
+        kwargs[k] = _coerce(v, hints[k], prefix + k)
+    obj = cls(**{k: v for k, v in kwargs.items() if not dataclasses.is_dataclass(hints[k])})
+    for k, v in kwargs.items():
+        if dataclasses.is_dataclass(hints[k]):
+            setattr(obj, k, v)
+    return obj
+
+
+def _check_ranges(cfg: Config) -> None:
+    """Semantic checks the types cannot express."""
+    positive = {
+        "torch_threads": cfg.torch_threads,
+        "env.max_episode_steps": cfg.env.max_episode_steps,
+        "algo.batch_size": cfg.algo.batch_size,
+        "algo.lr": cfg.algo.lr,
+        "memory.capacity_per_executor": cfg.memory.capacity_per_executor,
+        "memory.keep_last_steps": cfg.memory.keep_last_steps,
+        "stop.eval_every": cfg.stop.eval_every,
+        "stop.eval_episodes": cfg.stop.eval_episodes,
+        "run.checkpoint_every": cfg.run.checkpoint_every,
+        "run.window": cfg.run.window,
+    }
+    for key, value in positive.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
+    if not isinstance(cfg.executors, str) and cfg.executors < 1:
+        raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer >= 1")
+    for key in ("gamma", "lr_decay"):
+        value = getattr(cfg.algo, key)
+        if not 0.0 < value <= 1.0:
+            raise ConfigError(f"algo.{key}: {value!r} is not allowed; expected a value in (0, 1]")
+    for key in ("goal_episode_length", "max_episodes", "max_env_steps", "max_wall_seconds"):
+        value = getattr(cfg.stop, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
+        raise ConfigError(
+            f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "
+            f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
+        )
+
+
+def from_dict(data: dict) -> Config:
+    """Validate a nested mapping into a :class:`Config` (missing keys take their defaults)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping of keys, got {type(data).__name__}")
+    cfg = _build(Config, data)
+    _check_ranges(cfg)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value (nested keys with dots: algo.lr=3e-4)")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    # YAML reads 1e-4 as a string (it wants 1.0e-4); accept what a person types.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value.lower() for c in ".e") else value
+        except ValueError:
+            pass
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Set ``a.b.c=value`` items (values parsed as YAML) into a nested mapping, in place."""
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: '{part}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _fix_floats(node: Any) -> Any:
+    """YAML 1.1 reads ``1e-4`` as a string; convert such strings back to floats."""
+    if isinstance(node, dict):
+        return {k: _fix_floats(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fix_floats(v) for v in node]
+    if isinstance(node, str):
+        try:
+            return float(node) if any(c in node.lower() for c in "e.") and node[:1] in "+-.0123456789" else node
+        except ValueError:
+            return node
+    return node
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+    return _fix_floats(data)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply ``key=value`` overrides."""
+    data = read_yaml(path) if path is not None else {}
+    apply_overrides(data, list(overrides or []))
+    try:
+        return from_dict(data)
+    except ConfigError as e:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{e}") from None
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

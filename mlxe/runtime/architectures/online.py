@@ -1,0 +1,171 @@
+"""OA, the online-asynchronous architecture: every role runs at once, in its own process.
+
+    Executors --episodes (queue)--> Memorizer --batches (queue)--> Learner
+        ^                                                             |
+        +------------- weights (shared memory, every update) ---------+
+
+Executors pick up the newest weights at each episode start. The Learner trains in blocks of the
+minimum-updates rule (its "iteration": target frozen, lr decayed at the start of each block) and
+publishes after every update. The coordinating process only watches: it counts episodes (which the
+Memorizer forwards without their steps), logs, evaluates, checkpoints and decides when to stop.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from mlxe.config import Config
+from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.architectures.common import Seeds, context, evaluate_weights, executor_pool, problem_spec
+from mlxe.runtime.learner import Learner
+from mlxe.runtime.memorizer import Memorizer
+from mlxe.runtime.trainer import Trainer
+from mlxe.runtime.transport.weights import SharedWeights
+from mlxe.runtime.transport.workers import ProcessPool
+
+POLL_S = 0.2
+BATCH_PREFETCH = 16  # batches the Memorizer keeps ready for the Learner
+
+
+def memorizer_loop(channel, cfg, obs_dim, executors, seed, state, episodes_in, batches_out) -> None:
+    """Store incoming episodes, forward their totals to the coordinator, keep batches ready."""
+    batches_out.cancel_join_thread()  # at shutdown, unconsumed batches may be dropped
+    memorizer = Memorizer(cfg, obs_dim, executors, seed)
+    if state is not None:
+        memorizer.load_state_dict(state)
+    while True:
+        while channel.poll():
+            msg = channel.recv()
+            if msg[0] == "close":
+                return
+            if msg[0] == "state":
+                channel.send(("state", memorizer.state_dict()))
+        try:
+            episode = episodes_in.get(timeout=0.01)
+            memorizer.add(episode)
+            channel.send(("episode", replace(episode, steps={})))
+        except queue.Empty:
+            pass
+        while len(memorizer) >= cfg.algo.batch_size and not batches_out.full():
+            try:
+                batches_out.put_nowait((memorizer.batch(), len(memorizer)))
+            except queue.Full:
+                break
+
+
+def learner_loop(channel, cfg, spec: NetSpec, seed, state, weights: SharedWeights, batches_in) -> None:
+    """Update continuously; publish after every update; report each block of updates."""
+    learner = Learner(cfg, spec, seed)
+    if state is not None:
+        learner.load_state_dict(state)
+    algo = learner.algo
+    learner.publish(weights)
+    channel.send(("ready",))
+    episodes, remaining, infos = 0, 0, []
+    while True:
+        while channel.poll():
+            msg = channel.recv()
+            if msg[0] == "close":
+                return
+            if msg[0] == "state":
+                channel.send(("state", learner.state_dict()))
+            elif msg[0] == "episodes":
+                episodes = msg[1]
+        try:
+            batch, stored = batches_in.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        if remaining == 0:
+            algo.begin_iteration(episodes)
+            remaining = algo.updates_per_iteration(stored)
+        infos.append(asdict(algo.update(batch)))
+        learner.publish(weights)
+        remaining -= 1
+        if remaining == 0:
+            mean = {k: float(np.mean([i[k] for i in infos])) for k in infos[0]}
+            mean["lr"] = algo.optimizer.param_groups[0]["lr"]
+            channel.send(("progress", len(infos), mean))
+            infos = []
+
+
+def run_online(cfg: Config, trainer: Trainer) -> str:
+    """Train until a stop condition; returns the stop reason."""
+    spec = problem_spec(cfg)
+    n = cfg.num_executors()
+    seeds = Seeds.derive(cfg.seed, n)
+    ctx = context(cfg)
+    weights = SharedWeights(spec.num_params(), ctx)
+    episodes_q, batches_q = ctx.Queue(), ctx.Queue(BATCH_PREFETCH)
+    restored = trainer.restored or {}
+    executors = executor_pool(cfg, weights, seeds, restored.get("executors"), threads=False, sink=episodes_q)
+    roles = ProcessPool(
+        [
+            ("memorizer", memorizer_loop, (cfg, spec.obs_dim, n, seeds.memorizer, restored.get("memorizer"), episodes_q, batches_q)),
+            ("learner", learner_loop, (cfg, spec, seeds.learner, restored.get("learner"), weights, batches_q)),
+        ],
+        ctx,
+        cfg.torch_threads,
+    )
+    MEMORIZER, LEARNER = 0, 1
+
+    def request(pool, i: int) -> dict:
+        pool.send(i, ("state",))
+        while True:
+            reply = pool.recv(None)
+            if reply[0] == i and reply[1][0] == "state":
+                return reply[1][1]
+            handle(pool, reply)
+
+    def handle(pool, reply) -> None:
+        i, msg = reply
+        if pool is roles and msg[0] == "episode":
+            trainer.on_episode(msg[1])
+            roles.send(LEARNER, ("episodes", trainer.episodes))
+        elif pool is roles and msg[0] == "progress":
+            trainer.end_iteration(msg[1], msg[2], evaluate)
+            if trainer.checkpoint_due():
+                trainer.save(snapshot())
+
+    def snapshot() -> dict:
+        states = []
+        for i in range(len(executors)):
+            executors.send(i, ("state",))
+            while (reply := executors.recv(None))[1][0] != "state":
+                pass
+            states.append(reply[1][1])
+            executors.send(i, ("play_forever",))
+        return {"learner": request(roles, LEARNER), "memorizer": request(roles, MEMORIZER), "executors": states}
+
+    def evaluate() -> float:
+        return evaluate_weights(cfg, weights.read()[0], cfg.stop.eval_episodes, seeds.evaluation)["mean_return"]
+
+    try:
+        while (reply := roles.recv(None))[1][0] != "ready":
+            handle(roles, reply)
+        for i in range(n):
+            executors.send(i, ("play_forever",))
+        while trainer.check_stop() is None:
+            reply = roles.recv(POLL_S)
+            if reply is not None:
+                handle(roles, reply)
+            executors.recv(0)  # only errors and deaths come this way while playing
+        for i in range(n):
+            executors.send(i, ("abort",))
+        for _ in range(n):
+            while executors.recv(None)[1][0] != "idle":
+                pass
+        reason = trainer.stop_reason or "interrupted"
+        states = []
+        for i in range(n):
+            executors.send(i, ("state",))
+            states.append(executors.recv(None)[1][1])
+        trainer.save({"learner": request(roles, LEARNER), "memorizer": request(roles, MEMORIZER), "executors": states})
+        return reason
+    finally:
+        executors.close()
+        roles.close()
+        episodes_q.cancel_join_thread()
+        batches_q.cancel_join_thread()

@@ -1,0 +1,270 @@
+"""What every architecture shares: the run directory, counters, stop conditions, metrics, checkpoints.
+
+An architecture reports what happened (``on_episode``, ``end_iteration``) and asks whether to go on
+(``stop_reason``); the Trainer writes ``metrics.csv``, ``episodes.csv``, TensorBoard events, atomic
+checkpoints, ``summary.json`` and the learning curve. Ctrl-C sets a flag that the architecture sees
+at its next safe point, so the last checkpoint is always consistent; a second Ctrl-C aborts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from mlxe.config import Config, save_config
+from mlxe.runtime.executor import Episode
+from mlxe.telemetry.metrics import MetricsWriter
+from mlxe.telemetry.progress import ProgressDisplay
+from mlxe.telemetry.stats import EpisodeStats
+
+CHECKPOINT_FORMAT = 1
+
+
+def _to_torch(obj):
+    """NumPy arrays -> tensors, recursively, so checkpoints load with ``weights_only=True``."""
+    import torch
+
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, dict):
+        return {k: _to_torch(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_torch(v) for v in obj)
+    return obj
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write ``state`` atomically: a crash mid-write leaves the previous checkpoint intact."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(_to_torch(state), tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint safely (tensors and plain data only; no arbitrary unpickling)."""
+    import torch
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not an MLxE checkpoint (format {CHECKPOINT_FORMAT})")
+    return state
+
+
+def new_run_dir(cfg: Config) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(cfg.run.dir) / f"{cfg.name}-{stamp}"
+    path, n = base, 1
+    while path.exists():  # two runs in the same second
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+class Trainer:
+    """Counters, stop conditions and run-directory outputs of one training run."""
+
+    def __init__(self, cfg: Config, run_dir: Path, checkpoint: dict | None = None, progress: bool | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.checkpoint_path = self.run_dir / "checkpoints" / "last.pt"
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.stats = EpisodeStats(cfg.run.window)
+        self.iteration = self.episodes = self.env_steps = self.updates = 0
+        self.wall_before = 0.0  # seconds trained before a resume
+        self.goal_reached = False
+        self.last_eval: float | None = None
+        self.restored = checkpoint
+        if checkpoint is not None:
+            t = checkpoint["trainer"]
+            self.iteration, self.episodes = int(t["iteration"]), int(t["episodes"])
+            self.env_steps, self.updates = int(t["env_steps"]), int(t["updates"])
+            self.wall_before = float(t["wall_s"])
+            self.stats.load_state_dict(t["stats"])
+        self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
+        self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
+        self._episode_rows: list[dict] = []
+        self._start = time.monotonic()
+        self._rate_mark = (self._start, self.env_steps, self.updates)
+        self._rates = (0.0, 0.0)
+        self.interrupted = False
+        self._old_sigint = None
+        self.stop_reason: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> "Trainer":
+        self.progress.__enter__()
+        try:
+            self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread (e.g. a notebook worker): no Ctrl-C handling
+            self._old_sigint = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old_sigint is not None:
+            signal.signal(signal.SIGINT, self._old_sigint)
+        self.progress.__exit__(*exc)
+        self.metrics.close()
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.interrupted:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.interrupted = True
+        self.progress.message("Ctrl-C: finishing the iteration, writing a checkpoint (Ctrl-C again to abort)")
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_before + time.monotonic() - self._start
+
+    # -- reports from the architecture ---------------------------------------------------------------
+    def on_episode(self, episode: Episode) -> None:
+        self.episodes += 1
+        self.env_steps += episode.length
+        self.stats.add(episode.length, episode.total_return)
+        goal = self.cfg.stop.goal_episode_length
+        if goal is not None and episode.length >= goal:
+            self.goal_reached = True
+        self._episode_rows.append(
+            {
+                "episode": self.episodes,
+                "executor": episode.executor,
+                "length": episode.length,
+                "return": round(episode.total_return, 4),
+                "iteration": self.iteration + 1,
+                "wall_s": round(self.wall_s, 3),
+            }
+        )
+
+    def end_iteration(self, updates: int, info: dict[str, float], evaluate: Callable[[], float] | None = None) -> None:
+        """Close an iteration: metrics, progress, evaluation, periodic checkpoint is the caller's."""
+        self.iteration += 1
+        self.updates += updates
+        now = time.monotonic()
+        t0, s0, u0 = self._rate_mark
+        if now - t0 > 0:
+            self._rates = ((self.env_steps - s0) / (now - t0), (self.updates - u0) / (now - t0))
+        self._rate_mark = (now, self.env_steps, self.updates)
+        stop = self.cfg.stop
+        if evaluate is not None and stop.eval_return is not None and self.iteration % stop.eval_every == 0:
+            self.last_eval = evaluate()
+        row = {
+            "iteration": self.iteration,
+            "episodes": self.episodes,
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "wall_s": round(self.wall_s, 3),
+            "best_length": self.stats.best_length,
+            "ma_length": round(self.stats.ma_length, 2),
+            "ma_return": round(self.stats.ma_return, 3),
+            "steps_per_s": round(self._rates[0], 1),
+            "updates_per_s": round(self._rates[1], 2),
+            "eval_return": self.last_eval if self.last_eval is not None else "",
+        }
+        row.update({k: round(v, 6) for k, v in info.items()})
+        self.metrics.log(row)
+        if self._episode_rows:
+            self.metrics.log_episodes(self._episode_rows)
+            self._episode_rows = []
+        self.progress.update(self.display())
+
+    def display(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "episodes": self.episodes,
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "best_length": self.stats.best_length,
+            "ma_length": self.stats.ma_length,
+            "ma_return": self.stats.ma_return,
+            "steps_per_s": self._rates[0],
+            "updates_per_s": self._rates[1],
+            "elapsed_s": self.wall_s,
+        }
+
+    def check_stop(self) -> str | None:
+        """The reason to stop now, or None. Also remembered as ``stop_reason``."""
+        s = self.cfg.stop
+        reason = None
+        if self.interrupted:
+            reason = "interrupted"
+        elif self.goal_reached:
+            reason = "goal_episode_length"
+        elif s.eval_return is not None and self.last_eval is not None and self.last_eval >= s.eval_return:
+            reason = "eval_return"
+        elif s.max_episodes is not None and self.episodes >= s.max_episodes:
+            reason = "max_episodes"
+        elif s.max_env_steps is not None and self.env_steps >= s.max_env_steps:
+            reason = "max_env_steps"
+        elif s.max_wall_seconds is not None and self.wall_s >= s.max_wall_seconds:
+            reason = "max_wall_seconds"
+        self.stop_reason = reason
+        return reason
+
+    def checkpoint_due(self) -> bool:
+        return self.iteration % self.cfg.run.checkpoint_every == 0
+
+    # -- outputs -----------------------------------------------------------------------------------
+    def save(self, roles: dict) -> None:
+        """Write a checkpoint of the counters plus ``roles`` (learner, memorizer, executors states)."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "trainer": {
+                "iteration": self.iteration,
+                "episodes": self.episodes,
+                "env_steps": self.env_steps,
+                "updates": self.updates,
+                "wall_s": self.wall_s,
+                "stats": self.stats.state_dict(),
+            },
+            **roles,
+        }
+        save_checkpoint(self.checkpoint_path, state)
+
+    def summary(self, reason: str, error: str | None = None, evaluation: dict | None = None) -> dict:
+        summary = {
+            "name": self.cfg.name,
+            "arch": self.cfg.arch,
+            "executors": self.cfg.num_executors(),
+            "seed": self.cfg.seed,
+            "stop_reason": reason,
+            "goal_reached": self.goal_reached,
+            "iterations": self.iteration,
+            "episodes": self.episodes,
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "wall_s": round(self.wall_s, 3),
+            "best_length": self.stats.best_length,
+            "best_return": self.stats.best_return,
+            "ma_length": self.stats.ma_length,
+            "ma_return": self.stats.ma_return,
+            "run_dir": str(self.run_dir),
+            "checkpoint": str(self.checkpoint_path) if self.checkpoint_path.exists() else None,
+        }
+        if error is not None:
+            summary["error"] = error
+        if evaluation is not None:
+            summary["evaluation"] = evaluation
+        summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.cfg.run.plot:
+            from mlxe.telemetry.plots import plot_learning_curve
+
+            plot_learning_curve(
+                self.run_dir / "episodes.csv", self.run_dir / "learning_curve.png", self.cfg.run.window, self.cfg.name
+            )
+        return summary

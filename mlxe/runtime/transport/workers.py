@@ -1,0 +1,164 @@
+"""Run role loops as threads or processes behind one small interface.
+
+A worker is a function ``fn(channel, *args)``; the coordinator talks to it with ``send(i, msg)`` and
+``recv(timeout)``. Messages are tuples ``(kind, *payload)`` of plain data and NumPy arrays: threads
+pass them by reference through queues, processes through one pipe each (pickled once per message,
+i.e. once per episode, never per step).
+
+A worker that raises reports ``("error", traceback)``; a process that dies without a word is seen
+through its sentinel. Either way ``recv`` raises :class:`WorkerFailed` naming the worker: a crash
+stops the run with a clear error instead of a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from multiprocessing import connection
+from typing import Any
+
+
+class WorkerFailed(RuntimeError):
+    """A role (Executor, Memorizer, Learner) raised or died; the message names it."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name} failed: {detail.strip()}")
+        self.name = name
+        self.detail = detail
+
+
+class _ThreadChannel:
+    def __init__(self, index: int, inbox: queue.Queue, outbox: queue.Queue) -> None:
+        self._i, self._inbox, self._outbox = index, inbox, outbox
+
+    def send(self, msg: tuple) -> None:
+        self._outbox.put((self._i, msg))
+
+    def recv(self) -> tuple:
+        return self._inbox.get()
+
+    def poll(self) -> bool:
+        return not self._inbox.empty()
+
+
+def _run_guarded(fn: Callable, channel: Any, args: tuple) -> None:
+    try:
+        fn(channel, *args)
+    except BaseException:  # noqa: BLE001 - report everything, the coordinator decides
+        try:
+            channel.send(("error", traceback.format_exc()))
+        except (OSError, ValueError):
+            pass
+
+
+def _process_main(conn: connection.Connection, fn: Callable, args: tuple, threads: int) -> None:
+    # Ctrl-C goes to the whole process group: let the coordinator decide, then tell us to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    _run_guarded(fn, conn, args)
+
+
+class ThreadPool:
+    """Workers as threads of this process (the ISTB baseline)."""
+
+    kind = "threads"
+
+    def __init__(self, workers: list[tuple[str, Callable, tuple]]) -> None:
+        self.names = [name for name, _, _ in workers]
+        self._outbox: queue.Queue = queue.Queue()
+        self._inboxes = [queue.Queue() for _ in workers]
+        self._threads = []
+        for i, (name, fn, args) in enumerate(workers):
+            channel = _ThreadChannel(i, self._inboxes[i], self._outbox)
+            t = threading.Thread(target=_run_guarded, args=(fn, channel, args), name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def send(self, i: int, msg: tuple) -> None:
+        self._inboxes[i].put(msg)
+
+    def recv(self, timeout: float | None = None) -> tuple[int, tuple] | None:
+        """The next message as ``(worker index, msg)``, or None after ``timeout`` seconds."""
+        try:
+            i, msg = self._outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if msg[0] == "error":
+            raise WorkerFailed(self.names[i], msg[1])
+        return i, msg
+
+    def close(self, timeout: float = 5.0) -> None:
+        for i in range(len(self)):
+            self.send(i, ("close",))
+        for t in self._threads:
+            t.join(timeout)
+
+
+class ProcessPool:
+    """Workers as processes, one duplex pipe each (IS, IA, OA)."""
+
+    kind = "processes"
+
+    def __init__(self, workers: list[tuple[str, Callable, tuple]], ctx, threads: int = 1) -> None:
+        self.names = [name for name, _, _ in workers]
+        self._conns: list[connection.Connection] = []
+        self._procs = []
+        for name, fn, args in workers:
+            parent, child = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=_process_main, args=(child, fn, args, threads), name=name, daemon=True)
+            p.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(p)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def send(self, i: int, msg: tuple) -> None:
+        try:
+            self._conns[i].send(msg)
+        except (BrokenPipeError, OSError):
+            raise WorkerFailed(self.names[i], f"exited (code {self._procs[i].exitcode})") from None
+
+    def recv(self, timeout: float | None = None) -> tuple[int, tuple] | None:
+        """The next message as ``(worker index, msg)``, or None after ``timeout`` seconds."""
+        sentinels = {p.sentinel: i for i, p in enumerate(self._procs)}
+        ready = connection.wait([*self._conns, *sentinels], timeout)
+        if not ready:
+            return None
+        # Pipes first: a worker's last message may arrive together with its exit.
+        for obj in ready:
+            if obj in self._conns:
+                i = self._conns.index(obj)
+                try:
+                    msg = obj.recv()
+                except (EOFError, OSError):
+                    self._procs[i].join(1.0)
+                    raise WorkerFailed(self.names[i], f"died (exit code {self._procs[i].exitcode})") from None
+                if msg[0] == "error":
+                    raise WorkerFailed(self.names[i], msg[1])
+                return i, msg
+        i = sentinels[ready[0]]
+        self._procs[i].join(1.0)
+        raise WorkerFailed(self.names[i], f"died (exit code {self._procs[i].exitcode})")
+
+    def close(self, timeout: float = 5.0) -> None:
+        for i in range(len(self)):
+            try:
+                self._conns[i].send(("close",))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self._procs:
+            p.join(timeout)
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+        for c in self._conns:
+            c.close()

@@ -1,0 +1,172 @@
+"""CSV (+ optional TensorBoard) logging of per-iteration metrics and episodes."""
+
+from __future__ import annotations
+
+import csv
+import math
+import numbers
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Mapping
+
+import numpy as np
+
+Row = Mapping[str, Any]
+
+_LEARNER_PREFIXES = ("loss", "lr", "entropy", "grad")
+
+
+class _CsvAppender:
+    """Appends dict rows to a CSV file, opened on the first row.
+
+    The header comes from the existing file (resumed run) or from the first
+    row's keys; missing keys are written empty and unknown keys are dropped.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+        self._writer: csv.DictWriter | None = None
+
+    def _open(self, first_row: Row) -> csv.DictWriter:
+        header: list[str] = []
+        needs_newline = False
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.path.open(newline="") as f:
+                header = next(csv.reader(f), [])
+            with self.path.open("rb") as f:
+                f.seek(-1, 2)
+                # A crash mid-row leaves no line terminator; start a fresh line.
+                needs_newline = f.read(1) not in (b"\n", b"\r")
+        self._file = self.path.open("a", newline="")
+        if needs_newline:
+            self._file.write("\r\n")
+        if not header:
+            header = list(first_row.keys())
+        writer = csv.DictWriter(self._file, fieldnames=header, restval="", extrasaction="ignore")
+        if self.path.stat().st_size == 0:
+            writer.writeheader()
+        return writer
+
+    def write(self, rows: list[Row]) -> None:
+        """Append ``rows`` and flush so they survive a crash of the process."""
+        if not rows:
+            return
+        if self._writer is None:
+            self._writer = self._open(rows[0])
+        self._writer.writerows(rows)
+        assert self._file is not None
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._writer = None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _tb_tag(key: str) -> str:
+    group = "learner" if key.startswith(_LEARNER_PREFIXES) else "train"
+    return f"{group}/{key}"
+
+
+class MetricsWriter:
+    """Writes ``run_dir/metrics.csv``, ``run_dir/episodes.csv`` and TensorBoard ``run_dir/tb``.
+
+    Existing CSVs (a resumed run) are appended to under their original header.
+    """
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._metrics = _CsvAppender(self.run_dir / "metrics.csv")
+        self._episodes = _CsvAppender(self.run_dir / "episodes.csv")
+        self._step = 0
+        self._tb: Any = None
+        if tensorboard:
+            # Lazy: importing torch/tensorboard costs seconds and is optional.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+
+    def log(self, row: Mapping[str, int | float | str]) -> None:
+        """Append one metrics row; numeric values also go to TensorBoard.
+
+        TB step is ``row['iteration']`` when present, else an internal row counter.
+        """
+        self._metrics.write([row])
+        step = int(row["iteration"]) if "iteration" in row else self._step
+        self._step += 1
+        if self._tb is None:
+            return
+        for key, value in row.items():
+            # The step axis itself carries no information as a scalar.
+            if key == "iteration" or not _is_number(value):
+                continue
+            self._tb.add_scalar(_tb_tag(key), float(value), global_step=step)
+
+    def log_episodes(self, rows: list[Row]) -> None:
+        """Append episode rows (episode, executor, length, return, iteration, wall_s, ...)."""
+        self._episodes.write(rows)
+        if self._tb is None:
+            return
+        for row in rows:
+            if "episode" not in row:
+                continue
+            step = int(row["episode"])
+            if _is_number(row.get("length")):
+                self._tb.add_scalar("train/episode_length", float(row["length"]), global_step=step)
+            if _is_number(row.get("return")):
+                self._tb.add_scalar("train/episode_return", float(row["return"]), global_step=step)
+
+    def close(self) -> None:
+        """Flush and close all files; safe to call twice."""
+        self._metrics.close()
+        self._episodes.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _to_float(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
+def read_csv(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a metrics/episodes CSV into one float64 array (shape ``(rows,)``) per column.
+
+    Empty or non-numeric cells become NaN; a missing or empty file gives ``{}``.
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            return {}
+        columns: list[list[float]] = [[] for _ in header]
+        for record in reader:
+            if not record:
+                continue
+            for i, col in enumerate(columns):
+                col.append(_to_float(record[i]) if i < len(record) else math.nan)
+    return {name: np.asarray(col, dtype=np.float64) for name, col in zip(header, columns)}

@@ -1,0 +1,166 @@
+"""Tests for environment construction (mlxe.envs.factory)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.wrappers import TimeLimit
+
+from mlxe.envs.cartpole_task import CartPoleTask
+from mlxe.envs.factory import make_env
+from tests.envs.tiny_env import TinyEnv
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TINY = "tests.envs.tiny_env:TinyEnv"
+
+
+def find_time_limit(env: gymnasium.Env) -> TimeLimit | None:
+    while isinstance(env, gymnasium.Wrapper):
+        if isinstance(env, TimeLimit):
+            return env
+        env = env.env
+    return None
+
+
+def balancing_action(obs: np.ndarray) -> int:
+    x, x_dot, theta, theta_dot = (float(v) for v in obs[:4])
+    return int(theta + 0.5 * theta_dot + 0.1 * x + 0.3 * x_dot > 0)
+
+
+def test_registered_default_cap() -> None:
+    env = make_env("CartPole-v1")
+    assert env.spec.max_episode_steps == 500
+    assert find_time_limit(env)._max_episode_steps == 500
+
+
+def test_cartpole_cap_is_replaced_and_runs_past_500_steps() -> None:
+    env = make_env("CartPole-v1", max_episode_steps=50_000)
+    assert env.spec.max_episode_steps == 50_000
+    assert find_time_limit(env)._max_episode_steps == 50_000
+    obs, _ = env.reset(seed=0)
+    for _ in range(1000):
+        obs, _, terminated, truncated, _ = env.step(balancing_action(obs))
+        assert not terminated and not truncated
+
+
+def test_custom_env_class_with_kwargs_and_render_mode() -> None:
+    env = make_env(TINY, kwargs={"length": 5}, render_mode="ansi")
+    assert isinstance(env.unwrapped, TinyEnv)
+    assert env.unwrapped.length == 5
+    assert env.render_mode == "ansi"
+    env.reset(seed=0)
+    flags = [env.step(0)[2] for _ in range(5)]
+    assert flags == [False, False, False, False, True]
+
+
+def test_custom_env_step_cap() -> None:
+    env = make_env(TINY, kwargs={"length": 100}, max_episode_steps=3)
+    assert find_time_limit(env)._max_episode_steps == 3
+    env.reset()
+    results = [env.step(1) for _ in range(3)]
+    assert [r[3] for r in results] == [False, False, True]
+    assert not any(r[2] for r in results)
+
+
+def test_task_wraps_outside_time_limit() -> None:
+    env = make_env("CartPole-v1", max_episode_steps=2, task={"adverse_starts": False})
+    assert isinstance(env, CartPoleTask)
+    assert find_time_limit(env)._max_episode_steps == 2
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (5,)
+    assert info["adverse_start"] == "none"
+    _, reward_1, _, truncated_1, _ = env.step(0)
+    _, reward_2, terminated, truncated_2, _ = env.step(1)
+    assert not truncated_1 and truncated_2 and not terminated
+    assert 2.5 < reward_1 <= 3.0 and 2.5 < reward_2 <= 3.0
+
+
+def test_empty_task_applies_all_modifications() -> None:
+    env = make_env("CartPole-v1", task={})
+    assert isinstance(env, CartPoleTask)
+    assert env.x_squared and env.adverse_starts and env.shaped_reward
+    assert env.failure_reward == -10.0
+
+
+def test_seed_seeds_action_space() -> None:
+    a = make_env("CartPole-v1", seed=7)
+    b = make_env("CartPole-v1", seed=7)
+    assert [a.action_space.sample() for _ in range(20)] == [
+        b.action_space.sample() for _ in range(20)
+    ]
+
+
+def test_unknown_id_names_it_and_suggests_close_ids() -> None:
+    with pytest.raises(ValueError, match="unknown environment 'CartPole-v9'") as err:
+        make_env("CartPole-v9")
+    assert "did you mean" in str(err.value)
+    assert "'CartPole-v1'" in str(err.value)
+
+
+def test_unknown_id_without_close_match() -> None:
+    with pytest.raises(ValueError, match="unknown environment 'zzzzzzzz'"):
+        make_env("zzzzzzzz")
+
+
+def test_unimportable_module() -> None:
+    with pytest.raises(ValueError, match="cannot import module 'tests.envs.no_such_module'"):
+        make_env("tests.envs.no_such_module:TinyEnv")
+
+
+def test_missing_class() -> None:
+    with pytest.raises(ValueError, match="module 'tests.envs.tiny_env' has no class 'Missing'"):
+        make_env("tests.envs.tiny_env:Missing")
+
+
+def test_class_that_is_not_an_env() -> None:
+    with pytest.raises(ValueError, match="'NotAnEnv' .* is not a gymnasium.Env subclass"):
+        make_env("tests.envs.tiny_env:NotAnEnv")
+
+
+def test_malformed_custom_id() -> None:
+    with pytest.raises(ValueError, match="package.module:Class"):
+        make_env("tests.envs.tiny_env:")
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", TINY])
+def test_bad_constructor_kwargs(env_id: str) -> None:
+    message = f"invalid kwargs \\['bogus'\\] for environment '{env_id}'"
+    with pytest.raises(ValueError, match=message):
+        make_env(env_id, kwargs={"bogus": 1})
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kind"), [(TINY, "TinyEnv"), ("MountainCar-v0", "MountainCarEnv")]
+)
+def test_task_on_non_cartpole_env(env_id: str, kind: str) -> None:
+    message = f"env.task is only for CartPole; env '{env_id}' is {kind}"
+    with pytest.raises(ValueError, match=message):
+        make_env(env_id, task={})
+
+
+def test_unknown_task_key() -> None:
+    with pytest.raises(ValueError, match="unknown env.task keys \\['x_cubed'\\]"):
+        make_env("CartPole-v1", task={"x_cubed": True})
+
+
+@pytest.mark.parametrize("steps", [0, -5, 2.5, True])
+def test_invalid_max_episode_steps(steps: object) -> None:
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        make_env("CartPole-v1", max_episode_steps=steps)  # type: ignore[arg-type]
+
+
+def test_package_reexports_lazily() -> None:
+    import mlxe.envs
+    import mlxe.envs.factory
+
+    assert mlxe.envs.make_env is mlxe.envs.factory.make_env
+    assert mlxe.envs.CartPoleTask is CartPoleTask
+    with pytest.raises(AttributeError):
+        _ = mlxe.envs.no_such_name  # type: ignore[attr-defined]
+    check = "import sys, mlxe.envs; assert 'gymnasium' not in sys.modules"
+    subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, check=True)

@@ -1,0 +1,99 @@
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from mlxe.telemetry.metrics import MetricsWriter, read_csv
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_header_missing_and_extra_keys_flushed_before_close(tmp_path):
+    w = MetricsWriter(tmp_path, tensorboard=False)
+    w.log({"iteration": 1, "loss": 0.5, "phase": "warmup"})
+    w.log({"iteration": 2, "unknown": 3.0})
+    # Read before close: every logged row must already be on disk.
+    rows = _rows(tmp_path / "metrics.csv")
+    assert rows == [["iteration", "loss", "phase"], ["1", "0.5", "warmup"], ["2", "", ""]]
+    w.close()
+    w.close()
+
+
+def test_append_on_resume_keeps_header(tmp_path):
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.log({"iteration": 1, "loss": 0.5})
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.log({"loss": 0.25, "iteration": 2, "new_key": 1})
+    assert _rows(tmp_path / "metrics.csv") == [
+        ["iteration", "loss"],
+        ["1", "0.5"],
+        ["2", "0.25"],
+    ]
+
+
+def test_resume_after_torn_last_line(tmp_path):
+    (tmp_path / "metrics.csv").write_text("iteration,loss\r\n1,0.5\r\n2,0.")
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.log({"iteration": 3, "loss": 0.1})
+    assert _rows(tmp_path / "metrics.csv")[-1] == ["3", "0.1"]
+
+
+def test_episodes_csv_and_read_csv(tmp_path):
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.log_episodes([
+            {"episode": 1, "executor": 0, "length": 10, "return": 1.5, "iteration": 1, "wall_s": 0.1},
+            {"episode": 2, "executor": 1, "length": 12, "iteration": 1, "wall_s": 0.2},
+        ])
+        w.log_episodes([])
+        assert not (tmp_path / "metrics.csv").exists()
+        data = read_csv(tmp_path / "episodes.csv")
+    assert list(data) == ["episode", "executor", "length", "return", "iteration", "wall_s"]
+    np.testing.assert_array_equal(data["length"], [10.0, 12.0])
+    assert data["return"][0] == 1.5 and math.isnan(data["return"][1])
+    assert data["length"].dtype == np.float64
+
+
+def test_read_csv_missing_and_header_only(tmp_path):
+    assert read_csv(tmp_path / "nope.csv") == {}
+    (tmp_path / "h.csv").write_text("a,b\n")
+    data = read_csv(tmp_path / "h.csv")
+    assert list(data) == ["a", "b"] and data["a"].shape == (0,)
+
+
+def test_no_tensorboard_dir_when_disabled(tmp_path):
+    with MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.log({"iteration": 1, "loss": 0.5})
+    assert not (tmp_path / "tb").exists()
+
+
+def test_tensorboard_events_and_tags(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with MetricsWriter(tmp_path, tensorboard=True) as w:
+        w.log({"iteration": 5, "loss_pi": 0.5, "lr": 1e-3, "env_steps": 100, "phase": "x"})
+        w.log({"iteration": 7, "loss_pi": 0.25, "lr": 1e-3, "env_steps": 200, "phase": "x"})
+        w.log({"env_steps": 300})  # no iteration: step is the row counter (third row -> 2)
+        w.log_episodes([{"episode": 3, "length": 11, "return": 2.0}])
+    events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert tags == {
+        "learner/loss_pi",
+        "learner/lr",
+        "train/env_steps",
+        "train/episode_length",
+        "train/episode_return",
+    }
+    loss = acc.Scalars("learner/loss_pi")
+    assert [e.step for e in loss] == [5, 7]
+    assert [e.value for e in loss] == [0.5, 0.25]
+    assert [e.step for e in acc.Scalars("train/env_steps")] == [5, 7, 2]
+    assert [e.step for e in acc.Scalars("train/episode_length")] == [3]
