@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mlxe: aborted", file=sys.stderr)
         return 130
-    except RuntimeError as e:  # a role failed (WorkerFailed) or similar: already summarized
+    except RuntimeError as e:  # a role failed (WorkerFailed): its traceback, then the verdict
+        detail = getattr(e, "detail", "")
+        if detail:
+            print(detail.rstrip(), file=sys.stderr)
         print(f"mlxe: error: {e}", file=sys.stderr)
         return 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,18 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; people write ``1e-4``)."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 class ConfigError(ValueError):
@@ -258,15 +271,9 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     if not key:
         raise ConfigError(f"override {item!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    # YAML reads 1e-4 as a string (it wants 1.0e-4); accept what a person types.
-    if isinstance(value, str):
-        try:
-            value = float(value) if any(c in value.lower() for c in ".e") else value
-        except ValueError:
-            pass
     return key.split("."), value
 
 
@@ -284,33 +291,19 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _fix_floats(node: Any) -> Any:
-    """YAML 1.1 reads ``1e-4`` as a string; convert such strings back to floats."""
-    if isinstance(node, dict):
-        return {k: _fix_floats(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_fix_floats(v) for v in node]
-    if isinstance(node, str):
-        try:
-            return float(node) if any(c in node.lower() for c in "e.") and node[:1] in "+-.0123456789" else node
-        except ValueError:
-            return node
-    return node
-
-
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
-    return _fix_floats(data)
+    return data
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

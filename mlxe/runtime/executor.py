@@ -215,5 +215,7 @@ def executor_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, s
                     channel.send(("episode", episode))
                 else:
                     sink.put(episode)
+                if should_pause():
+                    break
         else:
             raise ValueError(f"executor {index}: unknown command {kind!r}")

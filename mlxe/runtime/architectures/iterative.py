@@ -69,7 +69,8 @@ def _collect(executors: _Executors, trainer: Trainer, asynchronous: bool) -> lis
                 paused = True
         elif msg[0] == "idle":
             executors.owed_idle[i] -= 1
-    return episodes
+    # Store in executor order, not arrival order: with the same seed, IS replays the same run.
+    return sorted(episodes, key=lambda e: e.executor)
 
 
 def run_iterative(cfg: Config, trainer: Trainer, asynchronous: bool, threads: bool) -> str:

@@ -26,7 +26,9 @@ class WorkerFailed(RuntimeError):
     """A role (Executor, Memorizer, Learner) raised or died; the message names it."""
 
     def __init__(self, name: str, detail: str) -> None:
-        super().__init__(f"{name} failed: {detail.strip()}")
+        # The message is the exception line; the worker's full traceback stays in ``detail``.
+        lines = detail.strip().splitlines()
+        super().__init__(f"{name} failed: {lines[-1] if lines else 'no details'}")
         self.name = name
         self.detail = detail
 

@@ -1,0 +1,28 @@
+# The two commands of the README: `make run` (set up + the main job) and `make test` (set up + tests).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup bench clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: it is the CPU wheel on local disk; any other torch spec may pull a CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/mlxe train configs/cartpole_a3c.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/mlxe bench architectures --seeds 5
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

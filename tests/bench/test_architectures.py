@@ -1,0 +1,29 @@
+import json
+
+from mlxe.bench.architectures import bench_architectures, markdown_table, speedups
+
+
+def run(episodes, wall, ok=True):
+    return {"goal_reached": ok, "episodes": episodes, "updates": 10 * episodes, "env_steps": 100 * episodes,
+            "wall_s": wall, "executors": 2}
+
+
+def test_table_reports_medians_over_successes_only():
+    results = {"istb": [run(100, 40.0), run(300, 80.0), run(200, 60.0)], "is": [run(90, 20.0), run(999, 99.0, ok=False)]}
+    table = markdown_table(results)
+    assert "| ISTB | 2 | 3/3 | 200 [100-300] | 2,000 [1,000-3,000] | 20,000 [10,000-30,000] | 60.0 [40.0-80.0] |" in table
+    assert "| IS | 2 | 1/2 | 90 [90-90] |" in table
+    assert speedups(results) == {"is": 3.0}
+
+
+def test_bench_runs_each_architecture_and_writes_its_report(tmp_path):
+    path = bench_architectures(
+        seeds=1, archs=["is", "istb"], out_dir=tmp_path,
+        overrides=["executors=2", "start_method=fork", "model.trunk=[16]", "model.policy_head=[16]",
+                   "model.value_head=[16]", "stop.goal_episode_length=30", "stop.max_episodes=200"],
+    )
+    text = path.read_text()
+    assert "| IS | 2 | 1/1 |" in text and "| ISTB | 2 | 1/1 |" in text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [r["stop_reason"] for r in results["is"]] == ["goal_episode_length"]
+    assert (tmp_path / "architectures.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,130 @@
+"""Tests for the actor-critic MLP and its NumPy mirror (mlxe.models.actor_critic)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch
+
+SMALL = dict(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+
+SPECS = {
+    "default": NetSpec(obs_dim=4, n_actions=2),
+    "small": NetSpec(**SMALL),
+    "deep_odd": NetSpec(obs_dim=5, n_actions=3, trunk=(7, 6), policy_head=(), value_head=(4, 3)),
+    "empty_trunk": NetSpec(obs_dim=3, n_actions=4, trunk=(), policy_head=(5,), value_head=(6,)),
+}
+
+
+def flat_of(model) -> np.ndarray:
+    with torch.no_grad():
+        return torch.nn.utils.parameters_to_vector(model.parameters()).numpy().copy()
+
+
+def torch_forward(model, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    with torch.no_grad():
+        logits, value = model(torch.as_tensor(obs, dtype=torch.float32))
+    return logits.numpy(), value.numpy()
+
+
+def test_num_params_small_by_hand():
+    # trunk 3->8: 3*8+8 = 32; policy 8->8: 72, 8->2: 18; value 8->8: 72, 8->1: 9  => 203
+    assert NetSpec(**SMALL).num_params() == 203
+
+
+def test_num_params_empty_trunk_by_hand():
+    # policy 3->5: 20, 5->4: 24; value 3->6: 24, 6->1: 7  => 75
+    assert SPECS["empty_trunk"].num_params() == 75
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_num_params_matches_torch(name):
+    spec = SPECS[name]
+    model = build_torch(spec)
+    assert spec.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_layer_shapes_small():
+    assert NetSpec(**SMALL).layer_shapes() == [[(3, 8)], [(8, 8), (8, 2)], [(8, 8), (8, 1)]]
+
+
+def test_torch_output_shapes():
+    spec = SPECS["deep_odd"]
+    logits, value = torch_forward(build_torch(spec), np.zeros((7, 5), np.float32))
+    assert logits.shape == (7, 3) and value.shape == (7,)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_numpy_matches_torch(name, activation):
+    torch.manual_seed(0)
+    base = SPECS[name]
+    spec = NetSpec(base.obs_dim, base.n_actions, base.trunk, base.policy_head, base.value_head, activation)
+    model = build_torch(spec)
+    rng = np.random.default_rng(0)
+    obs = (rng.standard_normal((16, spec.obs_dim)) * 2.0).astype(np.float32)
+    t_logits, t_value = torch_forward(model, obs)
+    net = NumpyActorCritic(spec, flat_of(model))
+    n_logits, n_value = net(obs)
+    assert n_logits.shape == (16, spec.n_actions) and n_value.shape == (16,)
+    assert n_logits.dtype == np.float32 and n_value.dtype == np.float32
+    np.testing.assert_allclose(n_logits, t_logits, atol=1e-5)
+    np.testing.assert_allclose(n_value, t_value, atol=1e-5)
+    np.testing.assert_allclose(net.logits(obs), t_logits, atol=1e-5)
+    np.testing.assert_allclose(net.value(obs), t_value, atol=1e-5)
+
+
+def test_numpy_elu_negative_branch_used():
+    # All-negative pre-activations: a wrong ELU (e.g. relu) would give a different output.
+    spec = NetSpec(obs_dim=1, n_actions=1, trunk=(1,), policy_head=(), value_head=(), activation="elu")
+    # trunk w=1, b=0; policy w=1, b=0; value w=2, b=0.5
+    flat = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 0.5], dtype=np.float32)
+    logits, value = NumpyActorCritic(spec, flat)(np.array([[-1.0]], np.float32))
+    elu = np.expm1(-1.0)  # -0.6321205588
+    np.testing.assert_allclose(logits, [[elu]], rtol=1e-6)
+    np.testing.assert_allclose(value, [2 * elu + 0.5], rtol=1e-6)
+
+
+def test_numpy_does_not_modify_obs():
+    spec = SPECS["empty_trunk"]
+    model = build_torch(spec)
+    net = NumpyActorCritic(spec, flat_of(model))
+    obs = np.random.default_rng(3).standard_normal((4, spec.obs_dim)).astype(np.float32)
+    before = obs.copy()
+    net(obs)
+    np.testing.assert_array_equal(obs, before)
+
+
+def test_numpy_holds_views_of_flat():
+    spec = NetSpec(**SMALL)
+    torch.manual_seed(1)
+    first, second = build_torch(spec), build_torch(spec)
+    flat = flat_of(first)
+    net = NumpyActorCritic(spec, flat)
+    obs = np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32)
+    before_logits, _ = net(obs)
+
+    np.copyto(flat, flat_of(second))
+    logits, value = net(obs)
+    assert not np.allclose(logits, before_logits)
+    t_logits, t_value = torch_forward(second, obs)
+    np.testing.assert_allclose(logits, t_logits, atol=1e-5)
+    np.testing.assert_allclose(value, t_value, atol=1e-5)
+
+    np.copyto(flat, 0.0)
+    logits, value = net(obs)
+    np.testing.assert_array_equal(logits, np.zeros((5, 2), np.float32))
+    np.testing.assert_array_equal(value, np.zeros(5, np.float32))
+
+
+@pytest.mark.parametrize("size", [202, 204, 0])
+def test_wrong_vector_size_raises(size):
+    with pytest.raises(ValueError, match="203"):
+        NumpyActorCritic(NetSpec(**SMALL), np.zeros(size, np.float32))
+
+
+def test_two_dimensional_vector_raises():
+    with pytest.raises(ValueError):
+        NumpyActorCritic(NetSpec(**SMALL), np.zeros((1, 203), np.float32))

@@ -1,0 +1,110 @@
+"""Integration: every architecture trains end to end; resume, interruption and crashes behave."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mlxe
+from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.transport.workers import WorkerFailed
+from mlxe.telemetry.metrics import read_csv
+
+
+@pytest.mark.parametrize("arch", ["istb", "is", "ia", "oa"])
+def test_architecture_trains_and_its_metrics_grow(make_config, arch):
+    cfg = make_config(f"arch={arch}", "stop.max_episodes=30", "executors=1" if arch == "oa" else "executors=2")
+    result = mlxe.train(cfg)
+    s = result.summary
+    assert s["stop_reason"] == "max_episodes"
+    assert s["episodes"] >= 30 and s["updates"] > 0 and s["env_steps"] >= s["episodes"]
+    metrics = read_csv(result.run_dir / "metrics.csv")
+    assert np.all(np.diff(metrics["iteration"]) == 1)
+    assert np.all(np.diff(metrics["episodes"]) >= 0) and np.all(np.diff(metrics["updates"]) >= 0)
+    assert metrics["episodes"][-1] <= s["episodes"]
+    episodes = read_csv(result.run_dir / "episodes.csv")
+    assert len(episodes["episode"]) == s["episodes"] or arch == "oa"  # OA logs at learner reports
+    assert (result.run_dir / "checkpoints" / "last.pt").is_file()
+    assert (result.run_dir / "config.yaml").is_file()
+
+
+def test_resume_continues_counters_and_reloads_weights(make_config):
+    cfg = make_config("stop.max_episodes=20")
+    first = mlxe.train(cfg)
+    before = load_checkpoint(first.run_dir)
+    # Nothing left to do: the resumed run must stop at once, with the very same model.
+    again = mlxe.train(resume=first.run_dir)
+    after = load_checkpoint(first.run_dir)
+    assert again.summary["episodes"] == first.summary["episodes"]
+    for k, v in before["learner"]["main"].items():
+        assert np.array_equal(v.numpy(), after["learner"]["main"][k].numpy()), k
+    assert len(after["memorizer"]["memory"]["data"]["obs"]) == len(before["memorizer"]["memory"]["data"]["obs"])
+    # A larger budget continues the counters and the metrics file.
+    more = mlxe.train(overrides=["stop.max_episodes=40"], resume=first.run_dir)
+    assert more.summary["episodes"] >= 40
+    assert more.summary["updates"] > first.summary["updates"]
+    iterations = read_csv(first.run_dir / "metrics.csv")["iteration"]
+    np.testing.assert_array_equal(iterations, np.arange(1, len(iterations) + 1))
+
+
+@pytest.mark.parametrize("arch", ["is", "istb"])
+def test_executor_that_raises_stops_the_run_with_its_error(make_config, arch):
+    cfg = make_config(f"arch={arch}", "env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 7}",
+                      "env.task.enabled=false", "stop.max_episodes=10")
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: RuntimeError: boom at step 7"):
+        mlxe.train(cfg)
+    assert time.monotonic() - start < 30
+    run_dir = next((Path(cfg.run.dir)).iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "error" and "boom at step 7" in summary["error"]
+
+
+def test_executor_process_that_dies_is_reported(make_config):
+    cfg = make_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 3, hard: true}",
+                      "env.task.enabled=false", "stop.max_episodes=10")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died \(exit code 3\)"):
+        mlxe.train(cfg)
+
+
+def test_bad_env_id_is_a_clear_error(make_config):
+    cfg = make_config("env.id=CartPole-v9")
+    with pytest.raises(ValueError, match=r"unknown environment 'CartPole-v9'.*CartPole-v1"):
+        mlxe.train(cfg)
+
+
+def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "mlxe", "train", "configs/cartpole_a3c.yaml", f"run.dir={runs}", "run.tensorboard=false",
+           "run.eval_after=0", "executors=2", "start_method=fork", "model.trunk=[32]", "model.policy_head=[32]",
+           "model.value_head=[32]", "run.checkpoint_every=1000", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            metrics = list(runs.glob("*/metrics.csv"))
+            if metrics and len(metrics[0].read_text().splitlines()) > 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run wrote no metrics within 60 s")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped: interrupted" in out
+    run_dir = metrics[0].parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    state = load_checkpoint(run_dir)  # no periodic checkpoint was due: this one is from the Ctrl-C
+    assert state["trainer"]["episodes"] == summary["episodes"]
+    resumed = mlxe.train(overrides=[f"stop.max_episodes={summary['episodes'] + 10}", "run.progress=false"], resume=run_dir)
+    assert resumed.summary["episodes"] >= summary["episodes"] + 10

@@ -1,0 +1,112 @@
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+import pytest
+
+from mlxe.runtime.transport.weights import SharedWeights
+from mlxe.runtime.transport.workers import ProcessPool, ThreadPool, WorkerFailed
+
+
+def echo(channel, scale):
+    while True:
+        msg = channel.recv()
+        if msg[0] == "close":
+            return
+        channel.send(("echo", msg[1] * scale))
+
+
+def raiser(channel):
+    channel.recv()
+    raise ValueError("bad thing in worker")
+
+
+def dies(channel):
+    channel.recv()
+    os._exit(3)
+
+
+def read_weights(channel, weights):
+    out = np.zeros(weights.size, np.float32)
+    version = -1
+    while True:
+        msg = channel.recv()
+        if msg[0] == "close":
+            return
+        version = weights.read_into(out, version)
+        channel.send(("weights", version, out.copy()))
+
+
+CTX = mp.get_context("fork")
+
+
+@pytest.mark.parametrize("make", [lambda w: ThreadPool(w), lambda w: ProcessPool(w, CTX)], ids=["threads", "processes"])
+def test_pool_round_trips_numpy_messages(make):
+    pool = make([("a", echo, (2,)), ("b", echo, (3,))])
+    try:
+        pool.send(0, ("x", np.arange(3)))
+        pool.send(1, ("x", np.arange(3)))
+        got = {}
+        while len(got) < 2:
+            reply = pool.recv(5.0)
+            assert reply is not None
+            got[reply[0]] = reply[1][1]
+        np.testing.assert_array_equal(got[0], [0, 2, 4])
+        np.testing.assert_array_equal(got[1], [0, 3, 6])
+        assert pool.recv(0.05) is None
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("make", [lambda w: ThreadPool(w), lambda w: ProcessPool(w, CTX)], ids=["threads", "processes"])
+def test_worker_exception_names_the_worker(make):
+    pool = make([("executor-7", raiser, ())])
+    try:
+        pool.send(0, ("go",))
+        with pytest.raises(WorkerFailed, match=r"executor-7 failed.*bad thing in worker"):
+            pool.recv(5.0)
+    finally:
+        pool.close()
+
+
+def test_dead_process_is_detected_not_waited_for():
+    pool = ProcessPool([("executor-1", dies, ())], CTX)
+    try:
+        pool.send(0, ("go",))
+        start = time.monotonic()
+        with pytest.raises(WorkerFailed, match=r"executor-1 failed: died \(exit code 3\)"):
+            pool.recv(10.0)
+        assert time.monotonic() - start < 5.0
+    finally:
+        pool.close()
+
+
+def test_shared_weights_versions_threads():
+    w = SharedWeights(4)
+    out = np.zeros(4, np.float32)
+    assert w.read_into(out, 0) == 0  # nothing new: no copy
+    assert w.publish(np.arange(4, dtype=np.float32)) == 1
+    assert w.read_into(out, 0) == 1
+    np.testing.assert_array_equal(out, [0, 1, 2, 3])
+    out[:] = -1
+    assert w.read_into(out, 1) == 1
+    np.testing.assert_array_equal(out, -1)  # same version: left alone
+
+
+def test_shared_weights_reach_a_child_process():
+    w = SharedWeights(5, CTX)
+    pool = ProcessPool([("reader", read_weights, (w,))], CTX)
+    try:
+        w.publish(np.full(5, 2.5, np.float32))
+        pool.send(0, ("read",))
+        _, (_, version, values) = pool.recv(5.0)
+        assert version == 1
+        np.testing.assert_array_equal(values, 2.5)
+        w.publish(np.arange(5, dtype=np.float32))
+        pool.send(0, ("read",))
+        _, (_, version, values) = pool.recv(5.0)
+        assert version == 2
+        np.testing.assert_array_equal(values, np.arange(5))
+    finally:
+        pool.close()

@@ -1,0 +1,429 @@
+"""Tests for the typed run configuration (mlxe.config)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mlxe.config import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    apply_overrides,
+    from_dict,
+    load_config,
+    save_config,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- defaults / shipped file
+
+
+def test_defaults_without_path():
+    cfg = load_config()
+    assert cfg == Config()
+    assert cfg.algo.lr == 1e-4 and cfg.algo.batch_size == 128
+
+
+def test_shipped_cartpole_config_loads():
+    cfg = load_config(REPO_ROOT / "configs" / "cartpole_a3c.yaml")
+    assert cfg.name == "cartpole_a3c"
+    assert cfg.arch == "is"
+    assert cfg.executors == "auto"
+    assert cfg.env.id == "CartPole-v1"
+    assert cfg.env.task.enabled is True
+    assert cfg.env.task.failure_reward == -10.0
+    assert cfg.model.trunk == [128, 256, 128]
+    assert cfg.algo.lr == 1e-4 and cfg.algo.lr_min == 1e-6
+    assert cfg.algo.max_grad_norm is None
+    assert cfg.stop.max_episodes == 2000
+    assert cfg.stop.max_wall_seconds == 1800.0
+    assert isinstance(cfg.stop.max_wall_seconds, float)
+    assert cfg.run.eval_after == 5
+
+
+# --------------------------------------------------------------------------- unknown keys
+
+
+def test_unknown_top_level_key_suggests_nearest():
+    with pytest.raises(ConfigError) as e:
+        from_dict({"seeed": 1})
+    msg = str(e.value)
+    assert "'seeed'" in msg
+    assert "'seed'" in msg
+
+
+def test_unknown_nested_key_names_dotted_key_and_suggestion():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["algo.lrr=0.1"])
+    msg = str(e.value)
+    assert "'algo.lrr'" in msg
+    assert "'algo.lr'" in msg
+
+
+def test_unknown_deeply_nested_key_in_file(tmp_path):
+    path = write(tmp_path, "env:\n  task:\n    shaped_rewards: false\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert str(path) in msg
+    assert "'env.task.shaped_rewards'" in msg
+    assert "'env.task.shaped_reward'" in msg
+
+
+def test_unknown_key_without_close_match_lists_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        from_dict({"memory": {"zzzzzz": 1}})
+    msg = str(e.value)
+    assert "'memory.zzzzzz'" in msg
+    assert "capacity_per_executor" in msg and "keep_last_steps" in msg
+
+
+# --------------------------------------------------------------------------- wrong types
+
+
+def test_wrong_type_int_field():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["algo.batch_size=abc"])
+    msg = str(e.value)
+    assert "algo.batch_size" in msg and "'abc'" in msg and "int" in msg
+
+
+def test_bool_rejected_for_float_field():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["algo.lr=true"])
+    msg = str(e.value)
+    assert "algo.lr" in msg and "True" in msg and "float" in msg
+
+
+def test_bool_rejected_for_int_field():
+    with pytest.raises(ConfigError, match="seed"):
+        load_config(overrides=["seed=true"])
+
+
+def test_scalar_rejected_for_list_field():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["model.trunk=5"])
+    msg = str(e.value)
+    assert "model.trunk" in msg and "5" in msg and "list of int" in msg
+
+
+def test_wrong_list_item_names_index():
+    with pytest.raises(ConfigError, match=r"model\.trunk\[1\]"):
+        load_config(overrides=["model.trunk=[64,x]"])
+
+
+def test_scalar_rejected_for_section():
+    with pytest.raises(ConfigError, match="model"):
+        from_dict({"model": 5})
+
+
+def test_float_rejected_for_int_field():
+    with pytest.raises(ConfigError, match="algo.batch_size"):
+        from_dict({"algo": {"batch_size": 1.5}})
+
+
+def test_bad_literal_lists_allowed_values():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["arch=xyz"])
+    msg = str(e.value)
+    assert "arch" in msg and "'xyz'" in msg
+    for allowed in ("'istb'", "'is'", "'ia'", "'oa'"):
+        assert allowed in msg
+
+
+def test_bad_activation_literal():
+    with pytest.raises(ConfigError, match="model.activation"):
+        load_config(overrides=["model.activation=sigmoid"])
+
+
+def test_executors_rejects_other_string_and_float():
+    with pytest.raises(ConfigError, match="executors"):
+        load_config(overrides=["executors=many"])
+    with pytest.raises(ConfigError, match="executors"):
+        load_config(overrides=["executors=2.5"])
+
+
+# --------------------------------------------------------------------------- int -> float widening
+
+
+def test_int_accepted_for_float_field_becomes_float():
+    cfg = load_config(overrides=["algo.gamma=1", "stop.max_wall_seconds=60"])
+    assert cfg.algo.gamma == 1.0 and type(cfg.algo.gamma) is float
+    assert cfg.stop.max_wall_seconds == 60.0 and type(cfg.stop.max_wall_seconds) is float
+
+
+def test_int_in_file_becomes_float(tmp_path):
+    cfg = load_config(write(tmp_path, "algo:\n  value_coef: 2\n"))
+    assert type(cfg.algo.value_coef) is float and cfg.algo.value_coef == 2.0
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_missing_file_names_path(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value)
+
+
+def test_non_mapping_yaml(tmp_path):
+    path = write(tmp_path, "- a\n- b\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value) and "mapping" in str(e.value)
+
+
+def test_invalid_yaml(tmp_path):
+    path = write(tmp_path, "algo: [1, 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value) and "YAML" in str(e.value)
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    assert load_config(write(tmp_path, "")) == Config()
+
+
+def test_from_dict_rejects_non_mapping():
+    with pytest.raises(ConfigError, match="mapping"):
+        from_dict([1, 2])
+
+
+def test_yaml_1_1_exponent_in_file_is_float(tmp_path):
+    cfg = load_config(write(tmp_path, "algo:\n  lr: 1e-4\n  lr_min: 5e-7\n"))
+    assert cfg.algo.lr == pytest.approx(1e-4) and type(cfg.algo.lr) is float
+    assert cfg.algo.lr_min == pytest.approx(5e-7)
+
+
+def test_file_error_is_prefixed_with_path(tmp_path):
+    path = write(tmp_path, "algo:\n  batch_size: 0\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: ")
+    assert "algo.batch_size" in str(e.value)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def test_override_sets_nested_value_over_file(tmp_path):
+    path = write(tmp_path, "algo:\n  lr: 0.5\n  gamma: 0.9\n")
+    cfg = load_config(path, ["algo.lr=0.25", "env.task.enabled=true"])
+    assert cfg.algo.lr == 0.25
+    assert cfg.algo.gamma == 0.9  # untouched sibling keeps the file's value
+    assert cfg.env.task.enabled is True
+
+
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("algo.lr=3e-4", 3e-4),
+        ("algo.lr=1e-4", 1e-4),
+        ("algo.lr=0.003", 0.003),
+        ("algo.lr=1.5e-3", 1.5e-3),
+    ],
+)
+def test_override_float_forms(item, expected):
+    cfg = load_config(overrides=[item])
+    assert type(cfg.algo.lr) is float
+    assert cfg.algo.lr == pytest.approx(expected, rel=1e-12)
+
+
+def test_override_int_null_list_bool():
+    cfg = load_config(
+        overrides=[
+            "algo.batch_size=64",
+            "algo.max_grad_norm=null",
+            "stop.goal_episode_length=null",
+            "model.trunk=[64,64]",
+            "model.value_head=[]",
+            "run.progress=false",
+            "env.task.enabled=true",
+        ]
+    )
+    assert cfg.algo.batch_size == 64 and type(cfg.algo.batch_size) is int
+    assert cfg.algo.max_grad_norm is None
+    assert cfg.stop.goal_episode_length is None
+    assert cfg.model.trunk == [64, 64]
+    assert cfg.model.value_head == []
+    assert cfg.run.progress is False
+    assert cfg.env.task.enabled is True
+
+
+def test_override_optional_float_set():
+    cfg = load_config(overrides=["algo.max_grad_norm=0.5"])
+    assert cfg.algo.max_grad_norm == 0.5
+
+
+def test_override_string_fields_stay_strings():
+    cfg = load_config(overrides=["env.id=CartPole-v1", "model.activation=elu", "start_method=forkserver", "name=my.run"])
+    assert cfg.env.id == "CartPole-v1"
+    assert cfg.model.activation == "elu"
+    assert cfg.start_method == "forkserver"
+    assert cfg.name == "my.run"
+
+
+def test_override_value_may_contain_equals():
+    data = apply_overrides({}, ["env.kwargs.note=a=b"])
+    assert data == {"env": {"kwargs": {"note": "a=b"}}}
+
+
+def test_apply_overrides_creates_sections_in_place():
+    data = {"algo": {"gamma": 0.9}}
+    out = apply_overrides(data, ["algo.lr=0.1", "memory.keep_last_steps=8", "seed=3"])
+    assert out is data
+    assert data == {"algo": {"gamma": 0.9, "lr": 0.1}, "memory": {"keep_last_steps": 8}, "seed": 3}
+
+
+def test_override_without_equals_errors():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(overrides=["algo.lr"])
+
+
+def test_override_with_empty_key_errors():
+    with pytest.raises(ConfigError, match="empty key"):
+        load_config(overrides=["=3"])
+
+
+def test_override_through_non_section_errors():
+    with pytest.raises(ConfigError, match="'seed' is not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+# --------------------------------------------------------------------------- executors
+
+
+def test_executors_auto_is_cpu_count(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert load_config(overrides=["arch=is"]).num_executors() == 8
+    assert load_config(overrides=["arch=istb"]).num_executors() == 8
+
+
+def test_executors_auto_oa_leaves_two_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert load_config(overrides=["arch=oa", "executors=auto"]).num_executors() == 6
+
+
+def test_executors_auto_oa_at_least_one(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert load_config(overrides=["arch=oa"]).num_executors() == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert load_config(overrides=["arch=oa"]).num_executors() == 1
+
+
+def test_executors_auto_unknown_cpu_count(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert load_config().num_executors() == 1
+
+
+def test_executors_int_stays(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    cfg = load_config(overrides=["executors=3", "arch=oa"])
+    assert cfg.executors == 3
+    assert cfg.num_executors() == 3
+
+
+# --------------------------------------------------------------------------- range checks
+
+
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("algo.batch_size=0", "algo.batch_size"),
+        ("algo.gamma=1.5", "algo.gamma"),
+        ("algo.gamma=0", "algo.gamma"),
+        ("algo.lr_decay=1.01", "algo.lr_decay"),
+        ("algo.lr=-1e-3", "algo.lr"),
+        ("executors=0", "executors"),
+        ("torch_threads=0", "torch_threads"),
+        ("stop.max_episodes=0", "stop.max_episodes"),
+        ("run.window=-1", "run.window"),
+    ],
+)
+def test_range_checks_name_key(item, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[item])
+    assert str(e.value).startswith(key + ":")
+
+
+def test_gamma_one_is_allowed():
+    assert load_config(overrides=["algo.gamma=1"]).algo.gamma == 1.0
+
+
+def test_keep_last_steps_above_capacity():
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=["memory.capacity_per_executor=100", "memory.keep_last_steps=101"])
+    msg = str(e.value)
+    assert msg.startswith("memory.keep_last_steps:")
+    assert "memory.capacity_per_executor" in msg and "100" in msg
+
+
+def test_keep_last_steps_equal_capacity_ok():
+    cfg = load_config(overrides=["memory.capacity_per_executor=100", "memory.keep_last_steps=100"])
+    assert cfg.memory.keep_last_steps == 100
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+def test_save_load_round_trip_defaults(tmp_path):
+    path = tmp_path / "saved.yaml"
+    save_config(Config(), path)
+    assert load_config(path) == Config()
+
+
+def test_save_load_round_trip_non_defaults(tmp_path):
+    cfg = load_config(
+        overrides=[
+            "name=exp",
+            "seed=7",
+            "arch=oa",
+            "executors=3",
+            "env.kwargs={render_mode: null, sutton_barto_reward: true}",
+            "env.task.enabled=true",
+            "model.trunk=[]",
+            "model.policy_head=[16]",
+            "model.activation=tanh",
+            "algo.lr=3e-4",
+            "algo.lr_min=1e-7",
+            "algo.max_grad_norm=0.5",
+            "stop.goal_episode_length=null",
+            "stop.max_wall_seconds=12.5",
+            "stop.eval_return=-1e3",
+            "memory.keep_last_steps=8",
+        ]
+    )
+    assert cfg.env.kwargs == {"render_mode": None, "sutton_barto_reward": True}
+    path = tmp_path / "saved.yaml"
+    save_config(cfg, path)
+    again = load_config(path)
+    assert again == cfg
+    assert again.algo.lr_min == 1e-7 and type(again.algo.lr_min) is float
+
+
+def test_algo_config_defaults_match_docstring_rule():
+    algo = AlgoConfig()
+    assert (algo.lr, algo.lr_decay, algo.lr_min) == (1e-4, 0.998, 1e-6)
+    assert (algo.value_coef, algo.entropy_coef) == (0.5, 0.01)
+
+
+def test_quoted_float_like_string_stays_string(tmp_path):
+    cfg = load_config(write(tmp_path, 'name: "1.5"\nenv:\n  id: "1e5"\n'))
+    assert cfg.name == "1.5"
+    assert cfg.env.id == "1e5"
+
+
+def test_quoted_float_like_override_stays_string():
+    assert load_config(overrides=['name="1.0"']).name == "1.0"

@@ -1,0 +1,93 @@
+"""Tests for exploration policies (mlxe.exploration)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mlxe.exploration import Greedy, SoftmaxSampling, make_exploration, softmax
+
+
+def test_softmax_two_actions():
+    # exp(0) : exp(ln 3) = 1 : 3
+    np.testing.assert_allclose(softmax(np.array([0.0, math.log(3.0)])), [0.25, 0.75], rtol=1e-12)
+
+
+def test_softmax_uniform():
+    np.testing.assert_allclose(softmax(np.array([2.0, 2.0, 2.0, 2.0])), [0.25] * 4, rtol=1e-12)
+
+
+def test_softmax_hand_values():
+    # logits [0, 1, 2]: e^0, e^1, e^2 = 1, 2.718281828, 7.389056099; sum 11.107337927
+    np.testing.assert_allclose(
+        softmax(np.array([0.0, 1.0, 2.0])), [0.0900305732, 0.2447284711, 0.6652409558], rtol=1e-9
+    )
+
+
+def test_softmax_large_logits_stable():
+    p = softmax(np.array([1000.0, 1000.0 + math.log(3.0)]))
+    np.testing.assert_allclose(p, [0.25, 0.75], rtol=1e-9)
+
+
+def test_softmax_returns_float64():
+    p = softmax(np.array([0.0, 0.0], dtype=np.float32))
+    assert p.dtype == np.float64
+
+
+def test_softmax_sampling_frequencies_match_softmax():
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    logits = np.log(probs)  # softmax(log p) == p
+    rng = np.random.default_rng(12345)
+    sampler = SoftmaxSampling()
+    n = 20_000
+    counts = np.bincount([sampler.select(logits, rng) for _ in range(n)], minlength=4)
+    assert counts.sum() == n
+    np.testing.assert_allclose(counts / n, probs, atol=0.01)
+
+
+def test_softmax_sampling_never_picks_zero_probability():
+    logits = np.array([0.0, -1e9, 0.0, -1e9])
+    rng = np.random.default_rng(0)
+    sampler = SoftmaxSampling()
+    actions = {sampler.select(logits, rng) for _ in range(2000)}
+    assert actions == {0, 2}
+
+
+def test_softmax_sampling_returns_int_in_range():
+    rng = np.random.default_rng(1)
+    a = SoftmaxSampling().select(np.array([0.3, -0.2, 0.1], dtype=np.float32), rng)
+    assert isinstance(a, int) and 0 <= a < 3
+
+
+def test_softmax_sampling_is_seeded():
+    logits = np.array([0.1, 0.5, -0.3])
+    s = SoftmaxSampling()
+    r1, r2 = np.random.default_rng(7), np.random.default_rng(7)
+    assert [s.select(logits, r1) for _ in range(50)] == [s.select(logits, r2) for _ in range(50)]
+
+
+def test_greedy_picks_argmax():
+    rng = np.random.default_rng(0)
+    g = Greedy()
+    assert g.select(np.array([0.1, 2.0, -1.0]), rng) == 1
+    assert g.select(np.array([5.0, 2.0, -1.0]), rng) == 0
+    assert g.select(np.array([-3.0, -2.0, -1.0]), rng) == 2
+
+
+def test_make_exploration_known_names():
+    assert isinstance(make_exploration("softmax"), SoftmaxSampling)
+    assert isinstance(make_exploration("greedy"), Greedy)
+
+
+def test_make_exploration_unknown_name_errors():
+    with pytest.raises(ValueError, match="'epsilon'"):
+        make_exploration("epsilon")
+
+
+def test_state_dicts_round_trip():
+    for policy in (SoftmaxSampling(), Greedy()):
+        state = policy.state_dict()
+        assert state == {}
+        policy.load_state_dict(state)
