@@ -65,6 +65,15 @@ class ModelConfig:
 
 
 @dataclass
+class ExplorationConfig:
+    """How Executors pick actions from the logits; eps = epsilon * decay^k over an Executor's actions."""
+
+    name: Literal["softmax", "reversed_epsilon_greedy", "epsilon_greedy"] = "softmax"
+    epsilon: float = 0.1
+    decay: float = 0.995
+
+
+@dataclass
 class AlgoConfig:
     name: Literal["a3c"] = "a3c"
     gamma: float = 0.99  # constant discount (also the bootstrap discount of cut episodes)
@@ -76,7 +85,7 @@ class AlgoConfig:
     entropy_coef: float = 0.01
     max_grad_norm: float | None = None  # None: no gradient clipping
     min_updates: int = 0  # updates per iteration = max(min_updates, N // batch_size + 1)
-    exploration: Literal["softmax"] = "softmax"  # how Executors pick actions from the logits
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
 
 
 @dataclass

@@ -44,11 +44,65 @@ class Greedy:
         pass
 
 
-EXPLORATION = {"softmax": SoftmaxSampling, "greedy": Greedy}
+class _DecayingEpsilon:
+    """eps = epsilon * decay^k, k counting this Executor's actions across episodes (checkpointed)."""
+
+    def __init__(self, epsilon: float = 0.1, decay: float = 0.995) -> None:
+        self.epsilon0, self.decay, self.steps = epsilon, decay, 0
+
+    @property
+    def epsilon(self) -> float:
+        return self.epsilon0 * self.decay**self.steps
+
+    def _explore(self, rng: np.random.Generator) -> bool:
+        hit = rng.random() < self.epsilon
+        self.steps += 1
+        return hit
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = int(state["steps"])
 
 
-def make_exploration(name: str):
+class ReversedEpsilonGreedy(_DecayingEpsilon):
+    """The seed's REG policy: with probability eps the greedy action, else a sample from softmax.
+
+    Greedy more often early (more on-policy while little is learned), "informed random" later.
+    """
+
+    def __init__(self, epsilon: float = 0.1, decay: float = 0.995) -> None:
+        super().__init__(epsilon, decay)
+        self._softmax = SoftmaxSampling()
+
+    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+        if self._explore(rng):
+            return int(np.argmax(logits))
+        return self._softmax.select(logits, rng)
+
+
+class EpsilonGreedy(_DecayingEpsilon):
+    """Plain epsilon-greedy: with probability eps a uniform random action, else the greedy one."""
+
+    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+        if self._explore(rng):
+            return int(rng.integers(len(logits)))
+        return int(np.argmax(logits))
+
+
+EXPLORATION = {
+    "softmax": SoftmaxSampling,
+    "greedy": Greedy,
+    "reversed_epsilon_greedy": ReversedEpsilonGreedy,
+    "epsilon_greedy": EpsilonGreedy,
+}
+
+
+def make_exploration(name: str, epsilon: float = 0.1, decay: float = 0.995):
+    """An exploration policy by name; ``epsilon``/``decay`` set the schedules of the epsilon policies."""
     try:
-        return EXPLORATION[name]()
+        cls = EXPLORATION[name]
     except KeyError:
         raise ValueError(f"unknown exploration policy {name!r}; expected one of {', '.join(EXPLORATION)}") from None
+    return cls(epsilon, decay) if issubclass(cls, _DecayingEpsilon) else cls()

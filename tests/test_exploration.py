@@ -91,3 +91,47 @@ def test_state_dicts_round_trip():
         state = policy.state_dict()
         assert state == {}
         policy.load_state_dict(state)
+
+
+def test_epsilon_schedule_decays_per_action_and_is_checkpointed():
+    from mlxe.exploration import ReversedEpsilonGreedy
+
+    policy = ReversedEpsilonGreedy(epsilon=0.1, decay=0.995)
+    rng = np.random.default_rng(0)
+    assert policy.epsilon == pytest.approx(0.1)
+    for _ in range(200):
+        policy.select(np.array([0.0, 1.0]), rng)
+    assert policy.epsilon == pytest.approx(0.1 * 0.995**200)
+    restored = ReversedEpsilonGreedy(epsilon=0.1, decay=0.995)
+    restored.load_state_dict(policy.state_dict())
+    assert restored.epsilon == policy.epsilon and restored.steps == 200
+
+
+def test_reversed_epsilon_greedy_is_greedy_with_probability_eps_else_softmax():
+    from mlxe.exploration import ReversedEpsilonGreedy
+
+    logits = np.array([0.0, np.log(3.0)])  # softmax = [0.25, 0.75]
+    # decay 1: eps stays 0.4; P(action 1) = 0.4 * 1 + 0.6 * 0.75 = 0.85
+    policy = ReversedEpsilonGreedy(epsilon=0.4, decay=1.0)
+    rng = np.random.default_rng(1)
+    freq = np.mean([policy.select(logits, rng) for _ in range(20_000)])
+    assert freq == pytest.approx(0.85, abs=0.01)
+
+
+def test_epsilon_greedy_is_uniform_with_probability_eps_else_greedy():
+    from mlxe.exploration import EpsilonGreedy
+
+    logits = np.array([0.0, 5.0, 1.0])
+    # eps 0.3: P(action 1) = 0.7 + 0.3 / 3 = 0.8; P(action 0) = 0.1
+    policy = EpsilonGreedy(epsilon=0.3, decay=1.0)
+    rng = np.random.default_rng(2)
+    actions = np.array([policy.select(logits, rng) for _ in range(20_000)])
+    assert np.mean(actions == 1) == pytest.approx(0.8, abs=0.01)
+    assert np.mean(actions == 0) == pytest.approx(0.1, abs=0.01)
+
+
+def test_make_exploration_passes_the_schedule():
+    from mlxe.exploration import make_exploration
+
+    policy = make_exploration("reversed_epsilon_greedy", epsilon=0.2, decay=0.9)
+    assert (policy.epsilon0, policy.decay) == (0.2, 0.9)

@@ -23,7 +23,6 @@ import numpy as np
 
 from mlxe.algos.returns import discounted_returns
 from mlxe.envs.cartpole_task import failure_discounts
-from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
 # Fields of one stored step; shapes per step (obs_dim = d).
@@ -71,9 +70,9 @@ class A3CActor:
     Executor updates the policy by copying new weights into it.
     """
 
-    def __init__(self, spec: NetSpec, weights: np.ndarray, exploration: str = "softmax") -> None:
+    def __init__(self, spec: NetSpec, weights: np.ndarray, exploration) -> None:
         self.net = NumpyActorCritic(spec, weights)
-        self.exploration = make_exploration(exploration)
+        self.exploration = exploration  # an ``mlxe.exploration`` policy
 
     def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
         logits = self.net.logits(obs[None])[0].astype(np.float64)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlxe.algos.a3c import A3CActor, episode_targets
+from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.transport.weights import SharedWeights
 
@@ -77,7 +78,8 @@ class Executor:
         self.weights = weights
         self.local = np.zeros(self.spec.num_params(), dtype=np.float32)
         self.version = -1
-        exploration = cfg.algo.exploration if training else "greedy"
+        e = cfg.algo.exploration
+        exploration = make_exploration(e.name if training else "greedy", e.epsilon, e.decay)
         self.actor = A3CActor(self.spec, self.local, exploration)
         self.rng = np.random.default_rng(seed)
         self.keep = cfg.memory.keep_last_steps

@@ -169,6 +169,7 @@ class Trainer:
             "updates": self.updates,
             "wall_s": round(self.wall_s, 3),
             "best_length": self.stats.best_length,
+            "best_return": round(self.stats.best_return, 3),
             "ma_length": round(self.stats.ma_length, 2),
             "ma_return": round(self.stats.ma_return, 3),
             "steps_per_s": round(self._rates[0], 1),
@@ -177,10 +178,13 @@ class Trainer:
         }
         row.update({k: round(v, 6) for k, v in info.items()})
         self.metrics.log(row)
+        self._flush_episodes()
+        self.progress.update(self.display())
+
+    def _flush_episodes(self) -> None:
         if self._episode_rows:
             self.metrics.log_episodes(self._episode_rows)
             self._episode_rows = []
-        self.progress.update(self.display())
 
     def display(self) -> dict:
         return {
@@ -190,6 +194,7 @@ class Trainer:
             "updates": self.updates,
             "best_length": self.stats.best_length,
             "ma_length": self.stats.ma_length,
+            "best_return": self.stats.best_return,
             "ma_return": self.stats.ma_return,
             "steps_per_s": self._rates[0],
             "updates_per_s": self._rates[1],
@@ -236,6 +241,7 @@ class Trainer:
         save_checkpoint(self.checkpoint_path, state)
 
     def summary(self, reason: str, error: str | None = None, evaluation: dict | None = None) -> dict:
+        self._flush_episodes()
         summary = {
             "name": self.cfg.name,
             "arch": self.cfg.arch,

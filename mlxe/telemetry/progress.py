@@ -16,6 +16,7 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("updates", "updates", "count"),
     ("best_length", "best len", "count"),
     ("ma_length", "avg len", "avg"),
+    ("best_return", "best return", "avg"),
     ("ma_return", "avg return", "avg"),
     ("steps_per_s", "steps/s", "avg"),
     ("updates_per_s", "updates/s", "avg"),

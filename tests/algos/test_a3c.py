@@ -12,6 +12,7 @@ import torch
 
 from mlxe.algos.a3c import A3CActor, A3CLearner, episode_targets
 from mlxe.config import AlgoConfig
+from mlxe.exploration import Greedy, SoftmaxSampling
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
 SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
@@ -306,7 +307,7 @@ def test_no_clipping_by_default():
 def test_actor_act_valid_action_and_logp():
     torch.manual_seed(0)
     w = learner(seed=2).weights()
-    actor = A3CActor(SPEC, w)
+    actor = A3CActor(SPEC, w, SoftmaxSampling())
     net = NumpyActorCritic(SPEC, w.copy())
     rng = np.random.default_rng(0)
     obs_rng = np.random.default_rng(1)
@@ -327,7 +328,7 @@ def test_actor_act_valid_action_and_logp():
 def test_actor_follows_weight_updates_in_place():
     lrn = learner(seed=3)
     w = lrn.weights()
-    actor = A3CActor(SPEC, w)
+    actor = A3CActor(SPEC, w, SoftmaxSampling())
     obs = np.array([0.5, -1.0, 2.0], np.float32)
     before = actor.value(obs)
     lrn.update(make_batch(16))
@@ -340,7 +341,7 @@ def test_actor_follows_weight_updates_in_place():
 
 def test_actor_greedy_exploration():
     w = learner(seed=4).weights()
-    actor = A3CActor(SPEC, w, exploration="greedy")
+    actor = A3CActor(SPEC, w, Greedy())
     net = NumpyActorCritic(SPEC, w)
     obs_rng = np.random.default_rng(2)
     for _ in range(20):

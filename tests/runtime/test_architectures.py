@@ -29,7 +29,7 @@ def test_architecture_trains_and_its_metrics_grow(make_config, arch):
     assert np.all(np.diff(metrics["episodes"]) >= 0) and np.all(np.diff(metrics["updates"]) >= 0)
     assert metrics["episodes"][-1] <= s["episodes"]
     episodes = read_csv(result.run_dir / "episodes.csv")
-    assert len(episodes["episode"]) == s["episodes"] or arch == "oa"  # OA logs at learner reports
+    assert len(episodes["episode"]) == s["episodes"]
     assert (result.run_dir / "checkpoints" / "last.pt").is_file()
     assert (result.run_dir / "config.yaml").is_file()
 
@@ -108,3 +108,24 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
     assert state["trainer"]["episodes"] == summary["episodes"]
     resumed = mlxe.train(overrides=[f"stop.max_episodes={summary['episodes'] + 10}", "run.progress=false"], resume=run_dir)
     assert resumed.summary["episodes"] >= summary["episodes"] + 10
+
+
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        (["stop.max_env_steps=300"], "max_env_steps"),
+        (["stop.max_wall_seconds=0.5"], "max_wall_seconds"),
+        (["stop.goal_episode_length=15"], "goal_episode_length"),
+        (["stop.eval_return=-100", "stop.eval_every=2", "stop.eval_episodes=2"], "eval_return"),
+    ],
+)
+def test_each_stop_condition_stops_the_run_and_is_named(make_config, overrides, reason):
+    cfg = make_config("stop.max_episodes=5000", *overrides)
+    s = mlxe.train(cfg).summary
+    assert s["stop_reason"] == reason
+    if reason == "max_env_steps":
+        assert s["env_steps"] >= 300
+    if reason == "goal_episode_length":
+        assert s["best_length"] >= 15
+    if reason == "eval_return":
+        assert s["iterations"] == 2  # the first evaluation already beats -100
