@@ -52,12 +52,19 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mlxe.bench.architectures import bench_architectures
+    if args.bench == "architectures":
+        from mlxe.bench.architectures import bench_architectures
 
-    out = bench_architectures(
-        args.config, seeds=args.seeds, archs=args.archs.split(","), overrides=args.overrides, out_dir=args.out
-    )
-    print(out.read_text() if out.suffix == ".md" else out)
+        out = bench_architectures(
+            args.config, seeds=args.seeds, archs=args.archs.split(","), overrides=args.overrides, out_dir=args.out
+        )
+    else:
+        from mlxe.bench.ablations import bench_ablations
+
+        only = [v.strip() for v in args.only.split(";")] if args.only else None
+        out = bench_ablations(args.config, seeds=args.seeds, only=only, overrides=args.overrides, out_dir=args.out)
+    print(out.read_text())
+    print(f"written to {out.parent}")
     return 0
 
 
@@ -90,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--archs", default="istb,is,ia,oa", help="comma-separated subset")
     b.add_argument("--out", default=None, help="output directory (default runs/bench-architectures-<time>)")
+    b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    b.set_defaults(func=_bench)
+    b = bench.add_parser("ablations", help="the A3C improvements one by one (IS), to the 50,000-step goal")
+    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+    b.add_argument("--seeds", type=int, default=5)
+    b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-ablations-<time>)")
     b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     b.set_defaults(func=_bench)
     return parser

@@ -62,6 +62,7 @@ class ModelConfig:
     policy_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     activation: Literal["relu", "tanh", "elu"] = "relu"
+    noisy_policy: bool = False  # factorized-Gaussian NoisyNet layers in the policy head
 
 
 @dataclass
@@ -86,13 +87,27 @@ class AlgoConfig:
     max_grad_norm: float | None = None  # None: no gradient clipping
     min_updates: int = 0  # updates per iteration = max(min_updates, N // batch_size + 1)
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    td_n: int | None = None  # value target: None = the Monte-Carlo return G, n = n-step TD target
+    off_policy: Literal["none", "truncated_is", "vtrace"] = "none"  # correction of the replayed policy term
+    promote_best_every: int | None = None  # every k iterations reset the main model to the best so far
+
+
+@dataclass
+class PriorityConfig:
+    """Three-factor priorities, recomputed for the whole buffer at the start of every iteration."""
+
+    factors: list[Literal["age", "risk", "td"]] = field(default_factory=lambda: ["age", "risk", "td"])
+    beta0: float = 0.4  # p = combined^beta; beta = min(1, beta0 + beta_step * executors * iteration)
+    beta_step: float = 0.001
+    importance_weights: bool = False  # scale each sample's loss by (N p)^-beta / max
 
 
 @dataclass
 class MemoryConfig:
     capacity_per_executor: int = 1024  # ring buffer rows = this x executors
     keep_last_steps: int = 256  # only the last steps of each episode are stored
-    sampler: Literal["uniform"] = "uniform"
+    sampler: Literal["uniform", "prioritized"] = "uniform"
+    priority: PriorityConfig = field(default_factory=PriorityConfig)
 
 
 @dataclass
@@ -252,6 +267,12 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    if cfg.algo.td_n is not None and cfg.algo.td_n < 1:
+        raise ConfigError(f"algo.td_n: {cfg.algo.td_n!r} is not allowed; expected null or an integer >= 1")
+    if cfg.algo.promote_best_every is not None and cfg.algo.promote_best_every < 1:
+        raise ConfigError(
+            f"algo.promote_best_every: {cfg.algo.promote_best_every!r} is not allowed; expected null or an integer >= 1"
+        )
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
         raise ConfigError(
             f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "

@@ -35,6 +35,7 @@ STEP_FIELDS = {
     "discount": "float32",  # discount applied to the next step's return
     "ret": "float32",  # discounted return G (the value target)
     "logp": "float32",  # log pi_behaviour(a|s), for importance corrections
+    "last": "float32",  # 1 on the last stored step of an episode (V-trace segments)
 }
 
 
@@ -135,27 +136,41 @@ class A3CLearner:
 
     # -- loss ----------------------------------------------------------------------------------
     def loss(self, batch: dict[str, np.ndarray]):
-        """``batch``: obs [B, d], action [B], ret [B] (and the other STEP_FIELDS). Returns (loss, info)."""
+        """``batch``: obs [B, d], action [B], ret [B] and the other STEP_FIELDS; optionally
+        ``weight`` [B] (prioritized-replay importance weights) and, with V-trace, ``vs``/``pg_adv`` [B].
+        Returns (loss, (value loss, policy loss, entropy))."""
         import torch
         import torch.nn.functional as F
 
         obs = torch.as_tensor(batch["obs"])
         action = torch.as_tensor(batch["action"])
-        ret = torch.as_tensor(batch["ret"])
         logits, value = self.main(obs)
         logp_all = F.log_softmax(logits, dim=-1)
-        cross_entropy = -logp_all.gather(1, action[:, None]).squeeze(1)
-        advantage = (ret - value).detach()
+        logp = logp_all.gather(1, action[:, None]).squeeze(1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
-        value_loss = (ret - value).pow(2)
-        policy_loss = cross_entropy * advantage
-        loss = (self.cfg.value_coef * value_loss + policy_loss - self.cfg.entropy_coef * entropy).mean()
-        return loss, (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
+        if self.cfg.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
+            target = torch.as_tensor(batch["vs"])
+            advantage = torch.as_tensor(batch["pg_adv"])
+        else:
+            target = torch.as_tensor(batch["ret"])
+            advantage = (target - value).detach()
+            if self.cfg.off_policy == "truncated_is":  # replayed steps came from an older policy
+                rho = torch.exp(logp.detach() - torch.as_tensor(batch["logp"])).clamp(max=1.0)
+                advantage = advantage * rho
+        value_loss = (target - value).pow(2)
+        policy_loss = -logp * advantage  # CE(a) * stopgrad(advantage)
+        per_sample = self.cfg.value_coef * value_loss + policy_loss - self.cfg.entropy_coef * entropy
+        if "weight" in batch:
+            per_sample = per_sample * torch.as_tensor(batch["weight"])
+        info = (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
+        return per_sample.mean(), info
 
     # -- update --------------------------------------------------------------------------------
     def update(self, batch: dict[str, np.ndarray]) -> LearnerInfo:
         import torch
 
+        if self.spec.noisy_policy:
+            self.main.reset_noise()
         loss, (value_loss, policy_loss, entropy) = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -20,3 +20,62 @@ def discounted_returns(rewards: np.ndarray, discounts: np.ndarray, bootstrap: fl
         g = float(rewards[t]) + float(discounts[t]) * g
         out[t] = g
     return out.astype(np.float32)
+
+
+def nstep_returns(rewards: np.ndarray, discounts: np.ndarray, next_values: np.ndarray, n: int) -> np.ndarray:
+    """n-step targets ``G[t] = r[t] + d[t] r[t+1] + ... + d[t]..d[t+n-1] V(s[t+n])`` over one episode window.
+
+    ``rewards``, ``discounts``, ``next_values`` = V(s[t+1]): [L]. Near the end of the window the
+    sum stops at the last step and bootstraps from its next state (a terminal last step has
+    discount 0, so nothing is added). Vectorized over t; the loop is over the n offsets. Returns [L].
+    """
+    length = len(rewards)
+    t = np.arange(length)
+    target = np.zeros(length, np.float64)
+    coef = np.ones(length, np.float64)
+    for i in range(n):
+        idx = t + i
+        live = idx < length
+        safe = np.minimum(idx, length - 1)
+        target += np.where(live, coef * rewards[safe], 0.0)
+        coef = np.where(live, coef * discounts[safe], coef)
+    last = np.minimum(t + n, length) - 1
+    return (target + coef * next_values[last]).astype(np.float32)
+
+
+def td_errors(
+    values: np.ndarray, next_values: np.ndarray, rewards: np.ndarray, discounts: np.ndarray, dones: np.ndarray
+) -> np.ndarray:
+    """One-step TD errors ``r + d V(s') (1 - done) - V(s)``, all [N]."""
+    return rewards + discounts * next_values * (1.0 - dones) - values
+
+
+def vtrace(
+    values: np.ndarray,
+    next_values: np.ndarray,
+    rewards: np.ndarray,
+    discounts: np.ndarray,
+    log_rhos: np.ndarray,
+    segment_end: np.ndarray,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """V-trace targets (Espeholt et al., 2018) over consecutive steps, split into segments.
+
+    Steps are in time order; ``segment_end[t]`` = 1 where the next row does not continue step t's
+    episode (there, the next state's value ``next_values[t]`` is used, 0 past a failure through
+    ``discounts[t] = 0``). ``log_rhos`` = log pi(a|s) - log mu(a|s).
+
+    v_s = V(s) + sum_t (prod_{s<=i<t} d_i c_i) rho_t delta_t, delta_t = r_t + d_t V(s_{t+1}) - V(s_t);
+    policy advantage_s = rho_s (r_s + d_s v_{s+1} - V(s)). Returns (v [N], advantage [N]), float32.
+    """
+    rho = np.minimum(rho_bar, np.exp(log_rhos))
+    c = np.minimum(c_bar, np.exp(log_rhos))
+    delta = rho * (rewards + discounts * next_values - values)
+    carry = np.where(segment_end > 0, 0.0, discounts * c)
+    corrections = discounted_returns(delta, carry, 0.0).astype(np.float64)
+    v = values + corrections
+    # v_{s+1}: the next row's target within a segment, else the bootstrap value of the next state.
+    v_next = np.where(segment_end > 0, next_values, np.append(v[1:], 0.0))
+    advantage = rho * (rewards + discounts * v_next - values)
+    return v.astype(np.float32), advantage.astype(np.float32)

@@ -20,6 +20,7 @@ def step_layout(obs_dim: int) -> dict[str, tuple[tuple[int, ...], type]]:
         "discount": ((), np.float32),
         "ret": ((), np.float32),
         "logp": ((), np.float32),
+        "last": ((), np.float32),
     }
 
 

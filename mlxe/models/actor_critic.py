@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlxe.models.noisy import NumpyNoisyLinear
+
 
 @dataclass(frozen=True)
 class NetSpec:
@@ -29,6 +31,7 @@ class NetSpec:
     policy_head: tuple[int, ...] = (64, 128, 64)
     value_head: tuple[int, ...] = (64, 128, 64)
     activation: str = "relu"
+    noisy_policy: bool = False  # NoisyNet layers in the policy head (twice the parameters)
 
     def layer_shapes(self) -> list[list[tuple[int, int]]]:
         """(in, out) of each Linear layer, grouped as [trunk, policy, value]."""
@@ -44,7 +47,9 @@ class NetSpec:
         ]
 
     def num_params(self) -> int:
-        return sum(i * o + o for group in self.layer_shapes() for i, o in group)
+        trunk, policy, value = self.layer_shapes()
+        dense = sum(i * o + o for i, o in trunk + value)
+        return dense + sum(i * o + o for i, o in policy) * (2 if self.noisy_policy else 1)
 
 
 def build_torch(spec: NetSpec):
@@ -52,12 +57,14 @@ def build_torch(spec: NetSpec):
     import torch
     from torch import nn
 
+    from mlxe.models.noisy import build_noisy_linear
+
     act = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}[spec.activation]
 
-    def mlp(shapes: list[tuple[int, int]], last_linear: bool) -> nn.Sequential:
+    def mlp(shapes: list[tuple[int, int]], last_linear: bool, noisy: bool = False) -> nn.Sequential:
         layers: list[nn.Module] = []
         for n, (i, o) in enumerate(shapes):
-            layers.append(nn.Linear(i, o))
+            layers.append(build_noisy_linear(i, o) if noisy else nn.Linear(i, o))
             if not (last_linear and n == len(shapes) - 1):
                 layers.append(act())
         return nn.Sequential(*layers)
@@ -70,8 +77,19 @@ def build_torch(spec: NetSpec):
             trunk, policy, value = spec.layer_shapes()
             self.spec = spec
             self.trunk = mlp(trunk, last_linear=False)
-            self.policy = mlp(policy, last_linear=True)
+            self.policy = mlp(policy, last_linear=True, noisy=spec.noisy_policy)
             self.value = mlp(value, last_linear=True)
+
+        def noisy_layers(self) -> list[nn.Module]:
+            return [m for m in self.policy if hasattr(m, "reset_noise")]
+
+        def reset_noise(self) -> None:
+            for layer in self.noisy_layers():
+                layer.reset_noise()
+
+        def set_noise(self, enabled: bool) -> None:
+            for layer in self.noisy_layers():
+                layer.noise = enabled
 
         def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             h = self.trunk(obs)
@@ -87,10 +105,21 @@ _NP_ACT = {
 }
 
 
+class _Dense:
+    """A plain layer of the mirror: ``x @ w + b`` over views of the flat vector."""
+
+    def __init__(self, flat: np.ndarray, offset: int, i: int, o: int) -> None:
+        self.w = flat[offset : offset + i * o].reshape(o, i).T
+        self.b = flat[offset + i * o : offset + i * o + o]
+        self.end = offset + i * o + o
+
+
 class NumpyActorCritic:
     """NumPy forward pass over a flat float32 parameter vector (views, no copies).
 
     ``flat`` is kept by reference: writing new weights into it (``np.copyto``) updates the model.
+    NoisyNet layers act with their mean weights until ``reset_noise`` draws noise (again after each
+    weight change); ``noise_off`` returns to the means.
     """
 
     def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
@@ -100,21 +129,29 @@ class NumpyActorCritic:
         self.flat = flat
         self._act = _NP_ACT[spec.activation]
         groups, offset = [], 0
-        for shapes in spec.layer_shapes():
+        for g, shapes in enumerate(spec.layer_shapes()):
             layers = []
             for i, o in shapes:
-                w = flat[offset : offset + i * o].reshape(o, i).T  # x @ W.T == x @ w
-                offset += i * o
-                b = flat[offset : offset + o]
-                offset += o
-                layers.append((w, b))
+                noisy = spec.noisy_policy and g == 1
+                layer = NumpyNoisyLinear(flat, offset, i, o) if noisy else _Dense(flat, offset, i, o)
+                offset = layer.end
+                layers.append(layer)
             groups.append(layers)
         self._trunk, self._policy, self._value = groups
+        self._noisy = [layer for layer in self._policy if isinstance(layer, NumpyNoisyLinear)]
+
+    def reset_noise(self, rng: np.random.Generator) -> None:
+        for layer in self._noisy:
+            layer.reset_noise(rng)
+
+    def noise_off(self) -> None:
+        for layer in self._noisy:
+            layer.noise_off()
 
     def _mlp(self, x: np.ndarray, layers: list, last_linear: bool) -> np.ndarray:
-        for n, (w, b) in enumerate(layers):
-            x = x @ w
-            x += b
+        for n, layer in enumerate(layers):
+            x = x @ layer.w
+            x += layer.b
             if not (last_linear and n == len(layers) - 1):
                 x = self._act(x)
         return x

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlxe.algos.a3c import A3CActor, episode_targets
+from mlxe.algos.returns import nstep_returns
 from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -63,7 +64,9 @@ def make_env_from_config(cfg, *, training: bool = True):
 
 def net_spec(cfg, obs_dim: int, n_actions: int) -> NetSpec:
     m = cfg.model
-    return NetSpec(obs_dim, n_actions, tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation)
+    return NetSpec(
+        obs_dim, n_actions, tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy
+    )
 
 
 class Executor:
@@ -72,6 +75,7 @@ class Executor:
     def __init__(self, cfg, index: int, weights: SharedWeights, seed: int, training: bool = True) -> None:
         self.cfg = cfg
         self.index = index
+        self.training = training
         self.env = make_env_from_config(cfg, training=training)
         obs_dim, n_actions = env_dims(self.env)
         self.spec = net_spec(cfg, obs_dim, n_actions)
@@ -84,6 +88,7 @@ class Executor:
         self.rng = np.random.default_rng(seed)
         self.keep = cfg.memory.keep_last_steps
         self.gamma = cfg.algo.gamma
+        self.td_n = cfg.algo.td_n
         self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
         self._window = {
             "obs": np.zeros((self.keep, obs_dim), np.float32),
@@ -100,6 +105,8 @@ class Executor:
 
     def pull_weights(self) -> None:
         self.version = self.weights.read_into(self.local, self.version)
+        if self.training and self.spec.noisy_policy:
+            self.actor.net.reset_noise(self.rng)  # NoisyNet exploration: new noise per episode
 
     def _start_episode(self) -> None:
         self.pull_weights()
@@ -144,9 +151,14 @@ class Executor:
         steps = {k: v[order].copy() for k, v in self._window.items()}
         bootstrap = 0.0 if failed else self.actor.value(last_obs)
         discounts, returns = episode_targets(steps["reward"], failed, bootstrap, self.gamma, self.distance_discount)
+        if self.td_n is not None:  # n-step targets from this iteration's (the target model's) values
+            next_values = self.actor.net.value(steps["next_obs"])
+            returns = nstep_returns(steps["reward"], discounts, next_values, self.td_n)
         done = np.zeros(n, np.float32)
         done[-1] = float(failed)
-        steps.update(done=done, discount=discounts, ret=returns)
+        last = np.zeros(n, np.float32)
+        last[-1] = 1.0
+        steps.update(done=done, discount=discounts, ret=returns, last=last)
         return Episode(self.index, length, total, failed, self._episode_version, steps)
 
     def abandon_episode(self) -> None:

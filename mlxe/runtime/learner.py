@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 
@@ -13,6 +14,41 @@ from mlxe.runtime.memorizer import Memorizer
 from mlxe.runtime.transport.weights import SharedWeights
 
 
+class BestModel:
+    """Best-model promotion: remember the best-scoring published weights, reset main to them.
+
+    Each published version that may be scored is snapshotted; an episode scores the newest snapshot
+    not newer than the weights it started with (its mean return). Every ``every`` iterations the
+    main model is reset to the best snapshot so far.
+    """
+
+    def __init__(self, every: int, keep: int = 16) -> None:
+        self.every = every
+        self.snapshots: deque[tuple[int, dict]] = deque(maxlen=keep)
+        self.scores: dict[int, list[float]] = {}
+        self.best: tuple[float, int, dict] | None = None  # (score, version, state)
+
+    def snapshot(self, version: int, model) -> None:
+        self.snapshots.append((version, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+
+    def score(self, version: int, episode_return: float) -> None:
+        owner = [(v, state) for v, state in self.snapshots if v <= version]
+        if not owner:
+            return
+        v, state = owner[-1]
+        scores = self.scores.setdefault(v, [])
+        scores.append(episode_return)
+        mean = float(np.mean(scores))
+        if self.best is None or mean > self.best[0] or self.best[1] == v:  # the best's own mean moves too
+            self.best = (mean, v, state)
+
+    def maybe_promote(self, iteration: int, model) -> bool:
+        if self.best is None or iteration % self.every != 0:
+            return False
+        model.load_state_dict(self.best[2])
+        return True
+
+
 class Learner:
     """Runs the algorithm's updates for one iteration (or one block of the online schedule)."""
 
@@ -21,17 +57,28 @@ class Learner:
 
         torch.set_num_threads(cfg.torch_threads)
         self.algo = A3CLearner(cfg.algo, spec, seed)
+        every = cfg.algo.promote_best_every
+        self.best = BestModel(every) if every is not None else None
+        self.promotions = 0
 
     @property
     def updates(self) -> int:
         return self.algo.updates
 
     def train_iteration(
-        self, memorizer: Memorizer, episodes: int, should_stop: Callable[[], bool] = lambda: False
+        self,
+        memorizer: Memorizer,
+        episodes: int,
+        iteration: int,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> tuple[int, dict[str, float]]:
-        """Freeze the target, then run the iteration's updates; returns (updates, mean loss terms)."""
-        memorizer.begin_iteration()
+        """Freeze the target, re-weight the memory, run the iteration's updates.
+
+        Returns (updates, mean loss terms)."""
+        if self.best is not None and self.best.maybe_promote(iteration, self.algo.main):
+            self.promotions += 1
         self.algo.begin_iteration(episodes)
+        memorizer.begin_iteration(iteration, self.algo.weights())
         infos = []
         for _ in range(self.algo.updates_per_iteration(len(memorizer))):
             if should_stop():
@@ -43,8 +90,16 @@ class Learner:
         mean["lr"] = self.algo.optimizer.param_groups[0]["lr"]
         return len(infos), mean
 
-    def publish(self, weights: SharedWeights) -> int:
-        return weights.publish(self.algo.weights())
+    def publish(self, weights: SharedWeights, snapshot: bool = True) -> int:
+        """Publish the main model; with promotion on, keep it as a candidate (``snapshot``)."""
+        version = weights.publish(self.algo.weights())
+        if snapshot and self.best is not None:
+            self.best.snapshot(version, self.algo.main)
+        return version
+
+    def score(self, version: int, episode_return: float) -> None:
+        if self.best is not None:
+            self.best.score(version, episode_return)
 
     def state_dict(self) -> dict:
         return self.algo.state_dict()

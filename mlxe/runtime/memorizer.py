@@ -1,40 +1,99 @@
-"""The Memorizer role: stores the Executors' episodes and prepares the Learner's batches."""
+"""The Memorizer role: stores the Executors' episodes and prepares the Learner's batches.
+
+At the start of every iteration it re-weights the whole buffer with the weights the Learner starts
+from: three-factor priorities (``memory.sampler: prioritized``) and V-trace targets
+(``algo.off_policy: vtrace``) need the values of every stored state, computed in one batched NumPy
+forward pass over the buffer.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from mlxe.algos.returns import td_errors, vtrace
+from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 from mlxe.runtime.executor import Episode
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
 class Memorizer:
-    """Replay of ``capacity_per_executor x executors`` steps, sampled uniformly.
+    """Replay of ``capacity_per_executor x executors`` steps, sampled uniformly or by priority."""
 
-    ``begin_iteration`` is where a prioritized memory re-weights the buffer before the Learner draws.
-    """
-
-    def __init__(self, cfg, obs_dim: int, executors: int, seed: int) -> None:
+    def __init__(self, cfg, spec: NetSpec, executors: int, seed: int) -> None:
+        self.spec = spec
         self.batch_size = cfg.algo.batch_size
-        self.memory = ReplayMemory(cfg.memory.capacity_per_executor * executors, step_layout(obs_dim))
+        self.memory = ReplayMemory(cfg.memory.capacity_per_executor * executors, step_layout(spec.obs_dim))
         self.rng = np.random.default_rng(seed)
+        self.vtrace = cfg.algo.off_policy == "vtrace"
+        self.priorities = None
+        if cfg.memory.sampler == "prioritized":
+            p = cfg.memory.priority
+            self.priorities = Priorities(
+                self.memory.capacity, p.factors, p.beta0, p.beta_step, executors, p.importance_weights
+            )
+        self.extra: dict[str, np.ndarray] = {}  # per-row targets computed at the iteration start
 
     def __len__(self) -> int:
         return len(self.memory)
 
     def add(self, episode: Episode) -> None:
-        self.memory.add(episode.steps)
+        rows = self.memory.add(episode.steps)
+        if self.priorities is not None:
+            self.priorities.on_add(rows)
 
-    def begin_iteration(self) -> None:
-        """Uniform sampling needs no preparation."""
+    def begin_iteration(self, iteration: int, weights: np.ndarray) -> None:
+        """Recompute priorities and V-trace targets for every stored row with ``weights`` (flat)."""
+        n = len(self.memory)
+        needs_td = self.priorities is not None and "td" in self.priorities.factors
+        if n == 0 or not (self.priorities is not None or self.vtrace):
+            return
+        d = {k: v[:n] for k, v in self.memory.data.items()}
+        if needs_td or self.vtrace:
+            net = NumpyActorCritic(self.spec, weights)
+            logits, values = net(d["obs"])
+            next_values = net.value(d["next_obs"])
+        if self.priorities is not None:
+            td = td_errors(values, next_values, d["reward"], d["discount"], d["done"]) if needs_td else None
+            self.priorities.begin_iteration(iteration, d["ret"], td)
+        if self.vtrace:
+            # V-trace runs along time: rows in insertion order, each episode window a segment.
+            order = (self.memory.pos + np.arange(n)) % n if n == self.memory.capacity else np.arange(n)
+            logp = log_softmax(logits)[np.arange(n), d["action"]]
+            vs, adv = vtrace(
+                values[order], next_values[order], d["reward"][order], d["discount"][order],
+                (logp - d["logp"])[order], d["last"][order],
+            )
+            self.extra = {"vs": np.empty(n, np.float32), "pg_adv": np.empty(n, np.float32)}
+            self.extra["vs"][order], self.extra["pg_adv"][order] = vs, adv
 
     def batch(self) -> dict[str, np.ndarray]:
-        """A training batch: each field [min(batch_size, stored), ...]."""
-        return self.memory.sample(self.batch_size, self.rng)
+        """A training batch: each field [min(batch_size, stored), ...], plus ``weight`` [B] with
+        importance weights, and ``vs``/``pg_adv`` with V-trace."""
+        weight = None
+        if self.priorities is not None:
+            rows, weight = self.priorities.sample(self.batch_size, self.rng)
+        else:
+            rows = self.memory.sample_indices(self.batch_size, self.rng)
+        batch = self.memory.gather(rows)
+        batch.update({k: v[rows] for k, v in self.extra.items()})
+        if weight is not None:
+            batch["weight"] = weight
+        return batch
 
     def state_dict(self) -> dict:
-        return {"memory": self.memory.state_dict(), "rng": self.rng.bit_generator.state}
+        state = {"memory": self.memory.state_dict(), "rng": self.rng.bit_generator.state}
+        if self.priorities is not None:
+            state["priorities"] = self.priorities.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.memory.load_state_dict(state["memory"])
         self.rng.bit_generator.state = state["rng"]
+        if self.priorities is not None and "priorities" in state:
+            self.priorities.load_state_dict(state["priorities"])

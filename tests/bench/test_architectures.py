@@ -1,6 +1,7 @@
 import json
 
-from mlxe.bench.architectures import bench_architectures, markdown_table, speedups
+from mlxe.bench.architectures import bench_architectures, speedups
+from mlxe.bench.compare import markdown_table
 
 
 def run(episodes, wall, ok=True):
@@ -9,11 +10,11 @@ def run(episodes, wall, ok=True):
 
 
 def test_table_reports_medians_over_successes_only():
-    results = {"istb": [run(100, 40.0), run(300, 80.0), run(200, 60.0)], "is": [run(90, 20.0), run(999, 99.0, ok=False)]}
-    table = markdown_table(results)
+    results = {"ISTB": [run(100, 40.0), run(300, 80.0), run(200, 60.0)], "IS": [run(90, 20.0), run(999, 99.0, ok=False)]}
+    table = markdown_table(results, "arch")
     assert "| ISTB | 2 | 3/3 | 200 [100-300] | 2,000 [1,000-3,000] | 20,000 [10,000-30,000] | 60.0 [40.0-80.0] |" in table
     assert "| IS | 2 | 1/2 | 90 [90-90] |" in table
-    assert speedups(results) == {"is": 3.0}
+    assert speedups(results) == {"IS": 3.0}
 
 
 def test_bench_runs_each_architecture_and_writes_its_report(tmp_path):
@@ -25,5 +26,5 @@ def test_bench_runs_each_architecture_and_writes_its_report(tmp_path):
     text = path.read_text()
     assert "| IS | 2 | 1/1 |" in text and "| ISTB | 2 | 1/1 |" in text
     results = json.loads((tmp_path / "results.json").read_text())
-    assert [r["stop_reason"] for r in results["is"]] == ["goal_episode_length"]
+    assert [r["stop_reason"] for r in results["IS"]] == ["goal_episode_length"]
     assert (tmp_path / "architectures.png").read_bytes()[:4] == b"\x89PNG"

@@ -22,6 +22,7 @@ def steps(start: int, n: int) -> dict[str, np.ndarray]:
         "discount": np.full(n, 0.99, np.float32),
         "ret": (i * -1.0).astype(np.float32),
         "logp": (i * -0.1).astype(np.float32),
+        "last": (i % 3 == 2).astype(np.float32),
     }
 
 
@@ -41,7 +42,7 @@ def test_layout_shapes_and_dtypes():
     assert mem.data["obs"].shape == (4, 2) and mem.data["obs"].dtype == np.float32
     assert mem.data["next_obs"].shape == (4, 2)
     assert mem.data["action"].shape == (4,) and mem.data["action"].dtype == np.int64
-    assert set(mem.data) == {"obs", "action", "reward", "next_obs", "done", "discount", "ret", "logp"}
+    assert set(mem.data) == {"obs", "action", "reward", "next_obs", "done", "discount", "ret", "logp", "last"}
 
 
 def test_add_and_len():

@@ -13,6 +13,8 @@ what the checkpoints hold.
 
 from __future__ import annotations
 
+import time
+
 from mlxe.config import Config
 from mlxe.runtime.architectures.common import Seeds, context, evaluate_weights, executor_pool, problem_spec
 from mlxe.runtime.learner import Learner
@@ -79,7 +81,7 @@ def run_iterative(cfg: Config, trainer: Trainer, asynchronous: bool, threads: bo
     n = cfg.num_executors()
     seeds = Seeds.derive(cfg.seed, n)
     learner = Learner(cfg, spec, seeds.learner)
-    memorizer = Memorizer(cfg, spec.obs_dim, n, seeds.memorizer)
+    memorizer = Memorizer(cfg, spec, n, seeds.memorizer)
     restored = trainer.restored
     if restored is not None:
         learner.load_state_dict(restored["learner"])
@@ -97,13 +99,19 @@ def run_iterative(cfg: Config, trainer: Trainer, asynchronous: bool, threads: bo
 
     try:
         while trainer.check_stop() is None:
+            t0 = time.perf_counter()
             for episode in _collect(executors, trainer, asynchronous):
                 memorizer.add(episode)
+                learner.score(episode.weights_version, episode.total_return)
                 trainer.on_episode(episode)
             if trainer.interrupted:
                 break  # stop before learning: the episodes played so far are stored and saved
-            updates, info = learner.train_iteration(memorizer, trainer.episodes, lambda: trainer.interrupted)
+            t1 = time.perf_counter()
+            updates, info = learner.train_iteration(
+                memorizer, trainer.episodes, trainer.iteration, lambda: trainer.interrupted
+            )
             learner.publish(weights)
+            info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)  # where the wall time goes
             trainer.end_iteration(updates, info, evaluate)
             if trainer.checkpoint_due():
                 trainer.save(roles())

@@ -30,25 +30,36 @@ POLL_S = 0.2
 BATCH_PREFETCH = 16  # batches the Memorizer keeps ready for the Learner
 
 
-def memorizer_loop(channel, cfg, obs_dim, executors, seed, state, episodes_in, batches_out) -> None:
-    """Store incoming episodes, forward their totals to the coordinator, keep batches ready."""
+def memorizer_loop(channel, cfg, spec, executors, seed, state, weights, episodes_in, batches_out) -> None:
+    """Store incoming episodes, forward their totals to the coordinator, keep batches ready.
+
+    Every ``executors`` new episodes count as an iteration: the buffer is re-weighted (priorities,
+    V-trace) with the newest published weights.
+    """
     batches_out.cancel_join_thread()  # at shutdown, unconsumed batches may be dropped
-    memorizer = Memorizer(cfg, obs_dim, executors, seed)
+    memorizer = Memorizer(cfg, spec, executors, seed)
+    iteration, fresh = 0, 0
     if state is not None:
-        memorizer.load_state_dict(state)
+        memorizer.load_state_dict(state["memorizer"])
+        iteration = int(state["iteration"])
     while True:
         while channel.poll():
             msg = channel.recv()
             if msg[0] == "close":
                 return
             if msg[0] == "state":
-                channel.send(("state", memorizer.state_dict()))
+                channel.send(("state", {"memorizer": memorizer.state_dict(), "iteration": iteration}))
         try:
             episode = episodes_in.get(timeout=0.01)
             memorizer.add(episode)
             channel.send(("episode", replace(episode, steps={})))
+            fresh += 1
         except queue.Empty:
             pass
+        if fresh >= executors or (iteration == 0 and len(memorizer) > 0):
+            iteration += 1
+            fresh = 0
+            memorizer.begin_iteration(iteration, weights.read()[0])
         while len(memorizer) >= cfg.algo.batch_size and not batches_out.full():
             try:
                 batches_out.put_nowait((memorizer.batch(), len(memorizer)))
@@ -64,7 +75,7 @@ def learner_loop(channel, cfg, spec: NetSpec, seed, state, weights: SharedWeight
     algo = learner.algo
     learner.publish(weights)
     channel.send(("ready",))
-    episodes, remaining, infos = 0, 0, []
+    episodes, remaining, infos, block = 0, 0, [], 0
     while True:
         while channel.poll():
             msg = channel.recv()
@@ -72,17 +83,22 @@ def learner_loop(channel, cfg, spec: NetSpec, seed, state, weights: SharedWeight
                 return
             if msg[0] == "state":
                 channel.send(("state", learner.state_dict()))
-            elif msg[0] == "episodes":
+            elif msg[0] == "episode":  # (episodes so far, weights version, return)
                 episodes = msg[1]
+                learner.score(msg[2], msg[3])
         try:
             batch, stored = batches_in.get(timeout=POLL_S)
         except queue.Empty:
             continue
         if remaining == 0:
+            block += 1
+            if learner.best is not None and learner.best.maybe_promote(block, algo.main):
+                learner.promotions += 1
             algo.begin_iteration(episodes)
+            learner.publish(weights)  # the block's weights: a promotion candidate
             remaining = algo.updates_per_iteration(stored)
         infos.append(asdict(algo.update(batch)))
-        learner.publish(weights)
+        learner.publish(weights, snapshot=False)
         remaining -= 1
         if remaining == 0:
             mean = {k: float(np.mean([i[k] for i in infos])) for k in infos[0]}
@@ -103,13 +119,14 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
     executors = executor_pool(cfg, weights, seeds, restored.get("executors"), threads=False, sink=episodes_q)
     roles = ProcessPool(
         [
-            ("memorizer", memorizer_loop, (cfg, spec.obs_dim, n, seeds.memorizer, restored.get("memorizer"), episodes_q, batches_q)),
+            ("memorizer", memorizer_loop, (cfg, spec, n, seeds.memorizer, restored.get("memorizer"), weights, episodes_q, batches_q)),
             ("learner", learner_loop, (cfg, spec, seeds.learner, restored.get("learner"), weights, batches_q)),
         ],
         ctx,
         cfg.torch_threads,
     )
     MEMORIZER, LEARNER = 0, 1
+    stopping = False
 
     def request(pool, i: int) -> dict:
         pool.send(i, ("state",))
@@ -123,20 +140,22 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
         i, msg = reply
         if pool is roles and msg[0] == "episode":
             trainer.on_episode(msg[1])
-            roles.send(LEARNER, ("episodes", trainer.episodes))
+            roles.send(LEARNER, ("episode", trainer.episodes, msg[1].weights_version, msg[1].total_return))
         elif pool is roles and msg[0] == "progress":
             trainer.end_iteration(msg[1], msg[2], evaluate)
-            if trainer.checkpoint_due():
-                trainer.save(snapshot())
+            if trainer.checkpoint_due() and not stopping:
+                trainer.save(snapshot(resume_play=True))
 
-    def snapshot() -> dict:
+    def snapshot(resume_play: bool) -> dict:
+        """States of every role; Executors interrupted for theirs go back to playing if asked."""
         states = []
-        for i in range(len(executors)):
+        for i in range(n):
             executors.send(i, ("state",))
             while (reply := executors.recv(None))[1][0] != "state":
                 pass
             states.append(reply[1][1])
-            executors.send(i, ("play_forever",))
+            if resume_play:
+                executors.send(i, ("play_forever",))
         return {"learner": request(roles, LEARNER), "memorizer": request(roles, MEMORIZER), "executors": states}
 
     def evaluate() -> float:
@@ -152,17 +171,14 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
             if reply is not None:
                 handle(roles, reply)
             executors.recv(0)  # only errors and deaths come this way while playing
+        reason = trainer.stop_reason or "interrupted"
+        stopping = True
         for i in range(n):
             executors.send(i, ("abort",))
         for _ in range(n):
             while executors.recv(None)[1][0] != "idle":
                 pass
-        reason = trainer.stop_reason or "interrupted"
-        states = []
-        for i in range(n):
-            executors.send(i, ("state",))
-            states.append(executors.recv(None)[1][1])
-        trainer.save({"learner": request(roles, LEARNER), "memorizer": request(roles, MEMORIZER), "executors": states})
+        trainer.save(snapshot(resume_play=False))
         return reason
     finally:
         executors.close()

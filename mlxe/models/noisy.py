@@ -1,0 +1,73 @@
+"""Factorized-Gaussian NoisyNet linear layers (Fortunato et al., 2018), torch and NumPy.
+
+w = mu_w + sigma_w * outer(f(eps_out), f(eps_in)), b = mu_b + sigma_b * f(eps_out),
+f(x) = sign(x) sqrt(|x|), eps ~ N(0, 1). Parameters are registered in the order
+mu_w [out, in], sigma_w [out, in], mu_b [out], sigma_b [out]: the flat layout the NumPy mirror reads.
+With noise off the layer is the deterministic mean layer (mu_w, mu_b).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SIGMA0 = 0.5  # initial noise scale, divided by sqrt(fan-in)
+
+
+def _scale(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.sqrt(np.abs(x))
+
+
+def build_noisy_linear(in_features: int, out_features: int):
+    """A torch ``NoisyLinear(in, out)`` module (torch imported lazily)."""
+    import torch
+    from torch import nn
+
+    class NoisyLinear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            bound = 1.0 / math.sqrt(in_features)
+            self.mu_w = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+            self.sigma_w = nn.Parameter(torch.full((out_features, in_features), SIGMA0 * bound))
+            self.mu_b = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+            self.sigma_b = nn.Parameter(torch.full((out_features,), SIGMA0 * bound))
+            self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+            self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+            self.noise = True
+
+        def reset_noise(self) -> None:
+            f = lambda x: x.sign() * x.abs().sqrt()  # noqa: E731
+            self.eps_in.copy_(f(torch.randn(in_features)))
+            self.eps_out.copy_(f(torch.randn(out_features)))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not self.noise:
+                return nn.functional.linear(x, self.mu_w, self.mu_b)
+            w = self.mu_w + self.sigma_w * torch.outer(self.eps_out, self.eps_in)
+            return nn.functional.linear(x, w, self.mu_b + self.sigma_b * self.eps_out)
+
+    return NoisyLinear()
+
+
+class NumpyNoisyLinear:
+    """The NumPy mirror over views of a flat vector: ``(w [in, out], b [out])`` for ``x @ w + b``."""
+
+    def __init__(self, flat: np.ndarray, offset: int, in_features: int, out_features: int) -> None:
+        i, o = in_features, out_features
+        self.mu_w = flat[offset : offset + o * i].reshape(o, i)
+        self.sigma_w = flat[offset + o * i : offset + 2 * o * i].reshape(o, i)
+        self.mu_b = flat[offset + 2 * o * i : offset + 2 * o * i + o]
+        self.sigma_b = flat[offset + 2 * o * i + o : offset + 2 * o * i + 2 * o]
+        self.end = offset + 2 * o * i + 2 * o
+        self.noise_off()
+
+    def noise_off(self) -> None:
+        self.w, self.b = self.mu_w.T, self.mu_b
+
+    def reset_noise(self, rng: np.random.Generator) -> None:
+        """Draw new noise for the current weights (call again after the weights change)."""
+        eps_in = _scale(rng.standard_normal(self.mu_w.shape[1])).astype(np.float32)
+        eps_out = _scale(rng.standard_normal(self.mu_w.shape[0])).astype(np.float32)
+        self.w = (self.mu_w + self.sigma_w * np.outer(eps_out, eps_in)).T
+        self.b = self.mu_b + self.sigma_b * eps_out

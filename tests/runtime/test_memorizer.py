@@ -1,0 +1,277 @@
+"""Tests for the Memorizer role (mlxe.runtime.memorizer): sampling, priorities and V-trace targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlxe.algos.returns import vtrace
+from mlxe.config import load_config
+from mlxe.memory.replay import step_layout
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.runtime.executor import Episode
+from mlxe.runtime.memorizer import Memorizer
+
+SPEC = NetSpec(obs_dim=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+
+
+def config(*overrides: str):
+    return load_config("configs/cartpole_a3c.yaml", ["algo.batch_size=4", *overrides])
+
+
+def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) -> Episode:
+    """An episode of ``n`` steps; ``obs[:, 0]`` holds a unique step id so rows can be traced in batches."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, 5)).astype(np.float32)
+    obs[:, 0] = np.arange(first_id, first_id + n)
+    steps = {
+        "obs": obs,
+        "action": rng.integers(0, 2, n).astype(np.int64),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "next_obs": rng.standard_normal((n, 5)).astype(np.float32),
+        "done": np.zeros(n, np.float32),
+        "discount": np.full(n, 0.9, np.float32),
+        "ret": rng.standard_normal(n).astype(np.float32),
+        "logp": np.log(rng.uniform(0.2, 0.8, n)).astype(np.float32),
+        "last": np.zeros(n, np.float32),
+    }
+    steps["last"][-1] = 1.0
+    if failed:
+        steps["done"][-1], steps["discount"][-1] = 1.0, 0.0
+    for k, v in fields.items():
+        steps[k] = np.asarray(v, dtype=steps[k].dtype)
+    assert set(steps) == set(step_layout(5))
+    return Episode(executor=0, length=n, total_return=float(steps["reward"].sum()), failed=failed,
+                   weights_version=0, steps=steps)
+
+
+def ids(batch) -> np.ndarray:
+    return batch["obs"][:, 0].astype(np.int64)
+
+
+def random_weights(seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(SPEC.num_params()) * 0.5).astype(np.float32)
+
+
+def constant_value_weights(v: float) -> np.ndarray:
+    """All weights 0 except the value head's output bias (the last entry): V(s) = v, logits = 0."""
+    flat = np.zeros(SPEC.num_params(), np.float32)
+    flat[-1] = v
+    return flat
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+# --------------------------------------------------------------------------- uniform sampling
+
+
+def test_uniform_batch_is_min_of_batch_size_and_stored():
+    mem = Memorizer(config(), SPEC, executors=2, seed=0)
+    mem.add(episode(3, 0, seed=1))
+    mem.begin_iteration(1, random_weights())  # uniform, no V-trace: nothing to recompute
+    batch = mem.batch()
+    assert set(batch) == set(step_layout(5))  # no weight, no vs / pg_adv
+    assert sorted(ids(batch)) == [0, 1, 2]  # 3 stored < batch_size 4
+    mem.add(episode(6, 3, seed=2))
+    for _ in range(5):
+        batch = mem.batch()
+        assert len(batch["action"]) == 4 and len(set(ids(batch))) == 4  # distinct rows
+        assert batch["obs"].shape == (4, 5) and batch["obs"].dtype == np.float32
+        assert "weight" not in batch
+    assert len(mem) == 9
+
+
+def test_uniform_batch_rows_keep_their_fields_together():
+    ep = episode(6, 0, seed=3)
+    mem = Memorizer(config(), SPEC, executors=1, seed=0)
+    mem.add(ep)
+    batch = mem.batch()
+    rows = ids(batch)
+    for k in step_layout(5):
+        np.testing.assert_array_equal(batch[k], ep.steps[k][rows])
+
+
+# --------------------------------------------------------------------------- prioritized sampling
+
+PRIO = ("memory.sampler=prioritized", "memory.priority.factors=[td]")
+
+
+def td_episodes() -> list[Episode]:
+    # Episode A (4 steps): the last step is done=1 with discount 0.9 so that the done mask matters.
+    a = episode(4, 0, seed=4, reward=[0.2, -1.0, 3.0, 0.3], discount=[0.9, 0.9, 0.9, 0.9], done=[0, 0, 0, 1])
+    b = episode(2, 4, seed=5, reward=[0.3, 0.05], discount=[0.9, 0.9], done=[0, 0])
+    return [a, b]
+
+
+def test_prioritized_td_probabilities_by_hand():
+    mem = Memorizer(config(*PRIO), SPEC, executors=2, seed=0)
+    for ep in td_episodes():
+        mem.add(ep)
+    mem.begin_iteration(3, constant_value_weights(0.5))
+    # V = 0.5 everywhere; td = r + 0.9*0.5*(1-done) - 0.5 = r - 0.05 (r - 0.5 where done):
+    #   0.2-0.05 = 0.15, -1-0.05 = -1.05, 3-0.05 = 2.95, 0.3-0.5 = -0.2, 0.3-0.05 = 0.25, 0.05-0.05 = 0
+    # weight = min(|td| + 0.01, 1) = [0.16, 1, 1, 0.21, 0.26, 0.01]
+    # beta = 0.4 + 0.001 * executors(2) * iteration(3) = 0.406
+    # p = (w / sum w) ** beta, renormalized  (= w ** beta / sum(w ** beta))
+    assert mem.priorities.beta == pytest.approx(0.406)
+    w = np.array([0.16, 1.0, 1.0, 0.21, 0.26, 0.01]) ** 0.406
+    np.testing.assert_allclose(mem.priorities.p, w / w.sum(), rtol=1e-5)
+
+
+def test_prioritized_td_probabilities_random_net():
+    mem = Memorizer(config(*PRIO), SPEC, executors=1, seed=0)
+    eps = [episode(5, 0, seed=6, failed=True), episode(3, 5, seed=7)]
+    for ep in eps:
+        mem.add(ep)
+    flat = random_weights(1)
+    mem.begin_iteration(1, flat)
+    # value oracle: the NumPy mirror (tested in tests/models)
+    net = NumpyActorCritic(SPEC, flat)
+    s = {k: np.concatenate([ep.steps[k] for ep in eps]) for k in step_layout(5)}
+    v, nv = net.value(s["obs"]).astype(np.float64), net.value(s["next_obs"]).astype(np.float64)
+    td = s["reward"] + s["discount"] * nv * (1.0 - s["done"]) - v
+    w = np.minimum(np.abs(td) + 0.01, 1.0)
+    q = (w / w.sum()) ** 0.401  # beta = 0.4 + 0.001 * 1 * 1
+    np.testing.assert_allclose(mem.priorities.p, q / q.sum(), rtol=1e-4)
+    assert 0.01 < w.min() and w.max() <= 1.0 and len(set(np.round(w, 6))) > 2  # a non-trivial check
+
+
+def test_prioritized_batch_without_importance_has_no_weight():
+    mem = Memorizer(config(*PRIO), SPEC, executors=1, seed=0)
+    for ep in td_episodes():
+        mem.add(ep)
+    mem.begin_iteration(1, constant_value_weights(0.5))
+    batch = mem.batch()
+    assert "weight" not in batch and len(set(ids(batch))) == 4
+
+
+def test_importance_weights_by_hand():
+    mem = Memorizer(config(*PRIO, "memory.priority.importance_weights=true"), SPEC, executors=1, seed=0)
+    for ep in td_episodes():
+        mem.add(ep)
+    mem.begin_iteration(0, constant_value_weights(0.5))  # beta = 0.4 at iteration 0
+    # TD weights w = [0.16, 1, 1, 0.21, 0.26, 0.01] (see test_prioritized_td_probabilities_by_hand);
+    # p ~ w^0.4, importance weight = (p / min p)^-0.4 = (w / 0.01)^(-0.4*0.4)
+    w = np.array([0.16, 1.0, 1.0, 0.21, 0.26, 0.01])
+    expected = (w / 0.01) ** (-0.16)
+    seen = set()
+    for _ in range(10):
+        batch = mem.batch()
+        assert batch["weight"].dtype == np.float32 and batch["weight"].shape == (4,)
+        assert np.all(batch["weight"] <= 1.0 + 1e-7)
+        np.testing.assert_allclose(batch["weight"], expected[ids(batch)], rtol=1e-5)
+        seen.update(ids(batch).tolist())
+    assert len(seen) >= 5  # several different rows were checked
+
+
+# --------------------------------------------------------------------------- V-trace targets
+
+VTRACE = ("algo.off_policy=vtrace", "algo.batch_size=64")
+
+
+def expected_vtrace(net: NumpyActorCritic, steps: dict) -> tuple[np.ndarray, np.ndarray]:
+    """vtrace over one episode window (one segment) with the mirror's values and log-probs."""
+    logits, values = net(steps["obs"])
+    logp = log_softmax(logits.astype(np.float64))[np.arange(len(steps["action"])), steps["action"]]
+    return vtrace(
+        values, net.value(steps["next_obs"]), steps["reward"], steps["discount"],
+        logp - steps["logp"], steps["last"],
+    )
+
+
+def check_vtrace(mem: Memorizer, net: NumpyActorCritic, windows: list[dict]) -> None:
+    batch = mem.batch()  # batch_size 64 >= stored: every row once
+    by_id = {i: r for r, i in enumerate(ids(batch))}
+    assert len(by_id) == sum(len(w["action"]) for w in windows) == len(mem)
+    for steps in windows:
+        vs, adv = expected_vtrace(net, steps)
+        rows = [by_id[i] for i in steps["obs"][:, 0].astype(np.int64)]
+        np.testing.assert_allclose(batch["vs"][rows], vs, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(batch["pg_adv"][rows], adv, rtol=1e-4, atol=1e-5)
+    assert batch["vs"].dtype == np.float32 and batch["pg_adv"].dtype == np.float32
+
+
+def test_vtrace_targets_per_episode_in_insertion_order():
+    mem = Memorizer(config(*VTRACE), SPEC, executors=1, seed=0)
+    # the first episode is cut (discount 0.9 at its last step): a correction crossing into the
+    # second episode would change its targets
+    eps = [episode(4, 0, seed=8), episode(5, 4, seed=9, failed=True)]
+    for ep in eps:
+        mem.add(ep)
+    flat = random_weights(2)
+    mem.begin_iteration(1, flat)
+    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [ep.steps for ep in eps])
+
+
+def test_vtrace_targets_after_ring_buffer_wraps():
+    cfg = config(*VTRACE, "memory.capacity_per_executor=8", "memory.keep_last_steps=8")
+    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    e1, e2, e3 = episode(3, 0, seed=10), episode(4, 3, seed=11, failed=True), episode(5, 7, seed=12)
+    for ep in (e1, e2, e3):
+        mem.add(ep)
+    # rows: e1 -> 0..2, e2 -> 3..6, e3 -> 7, 0, 1, 2, 3 (e1 and e2's first step overwritten)
+    # stored in insertion order: e2[1:] (rows 4..6), then e3 (rows 7, 0..3)
+    assert len(mem) == 8 and mem.memory.pos == 4
+    flat = random_weights(3)
+    mem.begin_iteration(1, flat)
+    survivors = {k: v[1:] for k, v in e2.steps.items()}
+    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [survivors, e3.steps])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Memorizer.batch() indexes self.extra (sized at the last begin_iteration) with rows of a "
+    "memory that has grown since: IndexError (the OA memorizer_loop samples between iterations)",
+)
+def test_vtrace_batch_after_add_without_new_iteration():
+    mem = Memorizer(config("algo.off_policy=vtrace"), SPEC, executors=2, seed=0)
+    mem.add(episode(5, 0, seed=13))
+    mem.begin_iteration(1, random_weights())
+    mem.add(episode(40, 5, seed=14))  # no begin_iteration yet (OA: fewer than `executors` new episodes)
+    for _ in range(10):
+        batch = mem.batch()
+        assert batch["vs"].shape == (4,) and batch["pg_adv"].shape == (4,)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_state_round_trip_keeps_priorities():
+    cfg = config("memory.sampler=prioritized", "memory.priority.factors=[age,td]",
+                 "memory.priority.importance_weights=true")
+    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    mem.add(episode(6, 0, seed=15))
+    mem.begin_iteration(1, random_weights(4))
+    mem.add(episode(3, 6, seed=16))
+    mem.begin_iteration(2, random_weights(4))  # ages now differ between the episodes
+    state = mem.state_dict()
+    other = Memorizer(cfg, SPEC, executors=1, seed=99)
+    other.load_state_dict(state)
+    np.testing.assert_array_equal(other.priorities.p, mem.priorities.p)
+    np.testing.assert_array_equal(other.priorities.ages, mem.priorities.ages)
+    assert other.priorities.beta == mem.priorities.beta == pytest.approx(0.402)  # 0.4 + 0.001*1*2
+    assert other.priorities.size == 9 and len(other) == 9
+    a, b = mem.batch(), other.batch()  # the sampler's rng state travels too
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert "weight" in b
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Memorizer.state_dict() does not save the V-trace targets (self.extra): a restored "
+    "Memorizer's batches lack vs/pg_adv until the next begin_iteration (OA resume samples before it)",
+)
+def test_state_round_trip_keeps_vtrace_targets():
+    cfg = config("algo.off_policy=vtrace")
+    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    mem.add(episode(6, 0, seed=17))
+    mem.begin_iteration(1, random_weights(5))
+    other = Memorizer(cfg, SPEC, executors=1, seed=0)
+    other.load_state_dict(mem.state_dict())
+    a, b = mem.batch(), other.batch()
+    assert set(b) == set(a)
+    np.testing.assert_array_equal(a["vs"], b["vs"])
