@@ -176,11 +176,17 @@ class Priorities:
             self.p = np.full(n, 1.0 / n)
         self.ages[:n] += 1
 
-    def sample(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-        """(row indices [min(k, N)] int64, importance weights [min(k, N)] float32 or None if off)."""
+    def sample(
+        self, k: int, rng: np.random.Generator, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(row indices [<= k] int64, importance weights float32 or None if off).
+
+        ``allowed`` [N] bool: rows that may be drawn (others, e.g. rewritten since the priorities
+        were computed, get probability 0)."""
         if self.p is None:
             raise RuntimeError("begin_iteration must compute priorities before sampling")
-        idx = sample_without_replacement(self.p, k, rng)
+        p = self.p if allowed is None else np.where(allowed[: len(self.p)], self.p, 0.0)
+        idx = sample_without_replacement(p, k, rng)
         weights = importance_weights(self.p, idx, self.beta) if self.importance else None
         return idx, weights
 

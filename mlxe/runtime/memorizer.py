@@ -38,12 +38,21 @@ class Memorizer:
                 self.memory.capacity, p.factors, p.beta0, p.beta_step, executors, p.importance_weights
             )
         self.extra: dict[str, np.ndarray] = {}  # per-row targets computed at the iteration start
+        # Rows written after the last re-weighting have no priority or targets yet: they wait for
+        # the next iteration (in IS they never wait: all episodes are stored before it starts).
+        self.reweights = self.priorities is not None or self.vtrace
+        self.ready = np.zeros(self.memory.capacity, bool)
 
     def __len__(self) -> int:
         return len(self.memory)
 
+    def sampleable(self) -> int:
+        """Rows a batch can be drawn from now."""
+        return int(self.ready[: len(self.memory)].sum()) if self.reweights else len(self.memory)
+
     def add(self, episode: Episode) -> None:
         rows = self.memory.add(episode.steps)
+        self.ready[rows] = not self.reweights
         if self.priorities is not None:
             self.priorities.on_add(rows)
 
@@ -51,8 +60,9 @@ class Memorizer:
         """Recompute priorities and V-trace targets for every stored row with ``weights`` (flat)."""
         n = len(self.memory)
         needs_td = self.priorities is not None and "td" in self.priorities.factors
-        if n == 0 or not (self.priorities is not None or self.vtrace):
+        if n == 0 or not self.reweights:
             return
+        self.ready[:n] = True
         d = {k: v[:n] for k, v in self.memory.data.items()}
         if needs_td or self.vtrace:
             net = NumpyActorCritic(self.spec, weights)
@@ -77,7 +87,10 @@ class Memorizer:
         importance weights, and ``vs``/``pg_adv`` with V-trace."""
         weight = None
         if self.priorities is not None:
-            rows, weight = self.priorities.sample(self.batch_size, self.rng)
+            rows, weight = self.priorities.sample(self.batch_size, self.rng, self.ready)
+        elif self.reweights:
+            ready = np.flatnonzero(self.ready[: len(self.memory)])
+            rows = self.rng.choice(ready, size=min(self.batch_size, len(ready)), replace=False)
         else:
             rows = self.memory.sample_indices(self.batch_size, self.rng)
         batch = self.memory.gather(rows)
@@ -87,7 +100,13 @@ class Memorizer:
         return batch
 
     def state_dict(self) -> dict:
-        state = {"memory": self.memory.state_dict(), "rng": self.rng.bit_generator.state}
+        n = len(self.memory)
+        state = {
+            "memory": self.memory.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "ready": self.ready[:n].copy(),
+            "extra": {k: v.copy() for k, v in self.extra.items()},
+        }
         if self.priorities is not None:
             state["priorities"] = self.priorities.state_dict()
         return state
@@ -95,5 +114,9 @@ class Memorizer:
     def load_state_dict(self, state: dict) -> None:
         self.memory.load_state_dict(state["memory"])
         self.rng.bit_generator.state = state["rng"]
+        ready = np.asarray(state["ready"], bool)
+        self.ready[:] = False
+        self.ready[: len(ready)] = ready
+        self.extra = {k: np.asarray(v) for k, v in state["extra"].items()}
         if self.priorities is not None and "priorities" in state:
             self.priorities.load_state_dict(state["priorities"])

@@ -60,7 +60,7 @@ def memorizer_loop(channel, cfg, spec, executors, seed, state, weights, episodes
             iteration += 1
             fresh = 0
             memorizer.begin_iteration(iteration, weights.read()[0])
-        while len(memorizer) >= cfg.algo.batch_size and not batches_out.full():
+        while memorizer.sampleable() >= cfg.algo.batch_size and not batches_out.full():
             try:
                 batches_out.put_nowait((memorizer.batch(), len(memorizer)))
             except queue.Full:
