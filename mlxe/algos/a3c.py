@@ -115,7 +115,7 @@ class A3CLearner:
         self.target = build_torch(spec)
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=cfg.lr)
+        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=cfg.lr, foreach=True)
         self.updates = 0
 
     # -- schedule ------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from pathlib import Path
 from mlxe.bench.compare import bench_dir, markdown_table, run_variants, wall_chart
 
 BASELINE = ["arch=is", "memory.sampler=uniform", "algo.min_updates=0", "algo.exploration.name=softmax",
-            "algo.td_n=null", "algo.off_policy=none", "model.noisy_policy=false", "memory.priority.importance_weights=false"]
+            "algo.td_n=null", "algo.off_policy=none", "model.noisy_policy=false", "algo.max_grad_norm=null",
+            "memory.priority.importance_weights=false", "algo.promote_best_every=null"]
 MMUF = ["algo.min_updates=64"]
 
 
@@ -39,7 +40,9 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("+REG only", ["algo.exploration.name=reversed_epsilon_greedy"]),
     ("seed best +NoisyNet", [*SEED_BEST, "model.noisy_policy=true"]),
     ("seed best +TD(1)", [*SEED_BEST, "algo.td_n=1"]),
-    ("seed best +truncated IS", [*SEED_BEST, "algo.off_policy=truncated_is"]),
+    ("seed best +truncated IS (default)", [*SEED_BEST, "algo.off_policy=truncated_is"]),
+    ("baseline +truncated IS", ["algo.off_policy=truncated_is"]),
+    ("baseline +grad clip 1", ["algo.max_grad_norm=1.0"]),
     ("seed best +V-trace", [*SEED_BEST, "algo.off_policy=vtrace"]),
     ("seed best +PER IS weights", [*SEED_BEST, "memory.priority.importance_weights=true"]),
 ]

@@ -16,7 +16,9 @@ SPEC = NetSpec(obs_dim=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=
 
 
 def config(*overrides: str):
-    return load_config("configs/cartpole_a3c.yaml", ["algo.batch_size=4", *overrides])
+    """The main config with uniform replay and plain A3C targets unless overridden."""
+    plain = ["algo.batch_size=4", "memory.sampler=uniform", "algo.off_policy=none"]
+    return load_config("configs/cartpole_a3c.yaml", [*plain, *overrides])
 
 
 def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) -> Episode:

@@ -103,7 +103,7 @@ def learner_loop(channel, cfg, spec: NetSpec, seed, state, weights: SharedWeight
         if remaining == 0:
             mean = {k: float(np.mean([i[k] for i in infos])) for k in infos[0]}
             mean["lr"] = algo.optimizer.param_groups[0]["lr"]
-            channel.send(("progress", len(infos), mean))
+            channel.send(("progress", algo.updates, mean))  # the total: checkpoints may read it mid-block
             infos = []
 
 
@@ -142,7 +142,7 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
             trainer.on_episode(msg[1])
             roles.send(LEARNER, ("episode", trainer.episodes, msg[1].weights_version, msg[1].total_return))
         elif pool is roles and msg[0] == "progress":
-            trainer.end_iteration(msg[1], msg[2], evaluate)
+            trainer.end_iteration(msg[1] - trainer.updates, msg[2], evaluate)
             if trainer.checkpoint_due() and not stopping:
                 trainer.save(snapshot(resume_play=True))
 
@@ -156,7 +156,9 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
             states.append(reply[1][1])
             if resume_play:
                 executors.send(i, ("play_forever",))
-        return {"learner": request(roles, LEARNER), "memorizer": request(roles, MEMORIZER), "executors": states}
+        learner = request(roles, LEARNER)
+        trainer.updates = int(learner["updates"])  # includes the block in progress
+        return {"learner": learner, "memorizer": request(roles, MEMORIZER), "executors": states}
 
     def evaluate() -> float:
         return evaluate_weights(cfg, weights.read()[0], cfg.stop.eval_episodes, seeds.evaluation)["mean_return"]
