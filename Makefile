@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup bench clean
+.PHONY: run test setup bench lint clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check mlxe tests
 
 bench: $(STAMP)
 	$(BIN)/mlxe bench architectures --seeds 5

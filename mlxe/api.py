@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxe.config import Config, ConfigError, load_config, read_yaml, from_dict
+from mlxe.config import Config, ConfigError, from_dict, load_config, read_yaml
 
 __all__ = ["train", "evaluate", "load_config", "TrainResult"]
 

@@ -58,6 +58,10 @@ def _bench(args: argparse.Namespace) -> int:
         out = bench_architectures(
             args.config, seeds=args.seeds, archs=args.archs.split(","), overrides=args.overrides, out_dir=args.out
         )
+    elif args.bench == "priorities":
+        from mlxe.bench.priorities import bench_priorities
+
+        out = bench_priorities(args.config, repeats=args.repeats, overrides=args.overrides, out_dir=args.out)
     else:
         from mlxe.bench.ablations import bench_ablations
 
@@ -105,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")
     b.add_argument("--out", default=None, help="output directory (default runs/bench-ablations-<time>)")
     b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    b.set_defaults(func=_bench)
+    b = bench.add_parser("priorities", help="time of re-weighting a full prioritized buffer vs one update")
+    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+    b.add_argument("--repeats", type=int, default=50)
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-priorities-<time>)")
+    b.add_argument("overrides", nargs="*", help="key=value overrides")
     b.set_defaults(func=_bench)
     return parser
 

@@ -84,11 +84,17 @@ class Learner:
             if should_stop():
                 break
             infos.append(asdict(self.algo.update(memorizer.batch())))
+        return len(infos), self.summarize(infos)
+
+    def summarize(self, infos: list[dict[str, float]]) -> dict[str, float]:
+        """Mean loss terms over a block of updates, with the learning rate and promotions."""
         if not infos:
-            return 0, {}
+            return {}
         mean = {k: float(np.mean([i[k] for i in infos])) for k in infos[0]}
         mean["lr"] = self.algo.optimizer.param_groups[0]["lr"]
-        return len(infos), mean
+        if self.best is not None:
+            mean["promotions"] = self.promotions
+        return mean
 
     def publish(self, weights: SharedWeights, snapshot: bool = True) -> int:
         """Publish the main model; with promotion on, keep it as a candidate (``snapshot``)."""

@@ -66,8 +66,11 @@ class Memorizer:
         d = {k: v[:n] for k, v in self.memory.data.items()}
         if needs_td or self.vtrace:
             net = NumpyActorCritic(self.spec, weights)
-            logits, values = net(d["obs"])
-            next_values = net.value(d["next_obs"])
+            if self.vtrace:
+                logits, values = net(d["obs"])
+            else:
+                values = net.value(d["obs"])
+            next_values = self._next_values(net, d, values)
         if self.priorities is not None:
             td = td_errors(values, next_values, d["reward"], d["discount"], d["done"]) if needs_td else None
             self.priorities.begin_iteration(iteration, d["ret"], td)
@@ -81,6 +84,22 @@ class Memorizer:
             )
             self.extra = {"vs": np.empty(n, np.float32), "pg_adv": np.empty(n, np.float32)}
             self.extra["vs"][order], self.extra["pg_adv"][order] = vs, adv
+
+    def _next_values(self, net: NumpyActorCritic, d: dict[str, np.ndarray], values: np.ndarray) -> np.ndarray:
+        """V(s') for every stored row [N], reusing V of the next row where it holds the same state.
+
+        Episode windows are contiguous in the ring (the successor of a row is the next step of its
+        episode unless the row is a window's last), so one forward pass over the states serves
+        almost every row; only rows whose successor differs get their own pass.
+        """
+        n = len(values)
+        successor = (np.arange(n) + 1) % n
+        same = np.all(d["next_obs"] == d["obs"][successor], axis=1) & (d["last"] == 0)
+        next_values = values[successor]
+        other = ~same
+        if other.any():
+            next_values[other] = net.value(d["next_obs"][other])
+        return next_values
 
     def batch(self) -> dict[str, np.ndarray]:
         """A training batch: each field [min(batch_size, stored), ...], plus ``weight`` [B] with

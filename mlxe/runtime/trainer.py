@@ -107,7 +107,7 @@ class Trainer:
         self.stop_reason: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def __enter__(self) -> "Trainer":
+    def __enter__(self) -> Trainer:
         self.progress.__enter__()
         try:
             self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)

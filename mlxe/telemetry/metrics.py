@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import math
 import numbers
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 import numpy as np
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 # (stats key, column header, formatter kind)
 _COLUMNS: tuple[tuple[str, str, str], ...] = (

@@ -1,7 +1,6 @@
 """Integration: every architecture trains end to end; resume, interruption and crashes behave."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 import numpy as np
 
-from mlxe.runtime.executor import Executor, net_spec, env_dims
+from mlxe.runtime.executor import Executor, env_dims, net_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
 

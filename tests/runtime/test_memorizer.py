@@ -270,3 +270,28 @@ def test_state_round_trip_keeps_vtrace_targets():
     a, b = mem.batch(), other.batch()
     assert set(b) == set(a)
     np.testing.assert_array_equal(a["vs"], b["vs"])
+
+
+def chained(n: int, first_id: int, seed: int) -> Episode:
+    """An episode whose next states continue into the following rows' states, as Executors store them."""
+    e = episode(n, first_id, seed)
+    e.steps["next_obs"][:-1] = e.steps["obs"][1:]
+    return e
+
+
+@pytest.mark.parametrize("capacity", [64, 8])  # 8: the ring wraps and overwrites the oldest rows
+def test_next_values_reuse_successor_rows_and_equal_a_direct_pass(capacity):
+    cfg = config("memory.sampler=prioritized", "memory.priority.factors=[td]",
+                 f"memory.capacity_per_executor={capacity}", f"memory.keep_last_steps={min(capacity, 8)}")
+    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    for k, n in enumerate((3, 4, 5)):
+        mem.add(chained(n, 10 * k, seed=20 + k))
+    net = NumpyActorCritic(SPEC, random_weights(7))
+    d = {k: v[: len(mem)] for k, v in mem.memory.data.items()}
+    direct = net.value(d["next_obs"])
+    values = net.value(d["obs"])
+    passed = []
+    value = net.value
+    net.value = lambda obs: passed.append(len(obs)) or value(obs)
+    np.testing.assert_allclose(mem._next_values(net, d, values), direct, rtol=1e-6, atol=1e-6)
+    assert sum(passed) == int(d["last"].sum())  # only the windows' last rows needed a forward pass

@@ -24,7 +24,7 @@ class Seeds:
     evaluation: int
 
     @classmethod
-    def derive(cls, seed: int, executors: int) -> "Seeds":
+    def derive(cls, seed: int, executors: int) -> Seeds:
         children = np.random.SeedSequence(seed).spawn(executors + 3)
         ints = [int(c.generate_state(1)[0]) for c in children]
         return cls(ints[0], ints[1], ints[3:], ints[2])

@@ -15,8 +15,6 @@ from __future__ import annotations
 import queue
 from dataclasses import asdict, replace
 
-import numpy as np
-
 from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.common import Seeds, context, evaluate_weights, executor_pool, problem_spec
@@ -101,9 +99,8 @@ def learner_loop(channel, cfg, spec: NetSpec, seed, state, weights: SharedWeight
         learner.publish(weights, snapshot=False)
         remaining -= 1
         if remaining == 0:
-            mean = {k: float(np.mean([i[k] for i in infos])) for k in infos[0]}
-            mean["lr"] = algo.optimizer.param_groups[0]["lr"]
-            channel.send(("progress", algo.updates, mean))  # the total: checkpoints may read it mid-block
+            # the total count: a checkpoint may read it in the middle of a block
+            channel.send(("progress", algo.updates, learner.summarize(infos)))
             infos = []
 
 
