@@ -111,6 +111,16 @@ class MemoryConfig:
 
 
 @dataclass
+class OnlineConfig:
+    """The OA architecture's rate limit between acting and learning."""
+
+    # An Executor starts an episode only once the Learner has made this many updates since the
+    # Executor's previous episode started (0: never wait). Without it one fast Executor floods the
+    # replay with episodes of a barely trained policy while the per-episode lr decay runs ahead.
+    updates_per_episode: int = 32
+
+
+@dataclass
 class StopConfig:
     goal_episode_length: int | None = 50_000  # stop when one episode lasts this long
     max_episodes: int | None = None
@@ -146,6 +156,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
@@ -267,6 +278,10 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    if cfg.online.updates_per_episode < 0:
+        raise ConfigError(
+            f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"
+        )
     if cfg.algo.td_n is not None and cfg.algo.td_n < 1:
         raise ConfigError(f"algo.td_n: {cfg.algo.td_n!r} is not allowed; expected null or an integer >= 1")
     if cfg.algo.promote_best_every is not None and cfg.algo.promote_best_every < 1:

@@ -39,7 +39,12 @@ def bench_architectures(
         "",
         markdown_table(results, "arch"),
         "",
-        *(f"- {arch} is {r:.2f}x as fast as ISTB in median wall time to the goal" for arch, r in speedups(results).items()),
+        *(
+            f"- {arch} is {r:.2f}x as fast as ISTB in median wall time to the goal"
+            if r == r
+            else f"- {arch}: no comparison (no successful run on one side)"
+            for arch, r in speedups(results).items()
+        ),
         "",
     ]
     path = out / "architectures.md"

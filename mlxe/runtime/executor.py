@@ -185,6 +185,21 @@ class Executor:
         self._obs = None
 
 
+def _wait_for_learner(executor: Executor, updates: int, should_pause) -> bool:
+    """OA rate limit: before a new episode, block until the Learner has published ``updates`` more
+    versions than the one this Executor's previous episode started with. False if a command came.
+
+    The Learner publishes once before training and after every update, so the limit applies only
+    from version 2 on: until training starts, the Learner is waiting for this very data.
+    """
+    if updates == 0 or executor.in_episode or executor.version < 2:
+        return True
+    while not executor.weights.wait_for_version(executor.version + updates, timeout=0.2):
+        if should_pause():
+            return False
+    return True
+
+
 def executor_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, sink=None) -> None:
     """An Executor behind a channel. Commands (tuples) and replies:
 
@@ -224,7 +239,11 @@ def executor_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, s
                 channel.send(("idle",))
         elif kind in ("play_until_paused", "play_forever"):
             executor.pull_weights()  # a carried-over episode continues with this iteration's weights
-            while (episode := executor.run(should_pause)) is not None:
+            limit = cfg.online.updates_per_episode if kind == "play_forever" else 0
+            while _wait_for_learner(executor, limit, should_pause):
+                episode = executor.run(should_pause)
+                if episode is None:
+                    break
                 if sink is None:
                     channel.send(("episode", episode))
                 else:

@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 
 from mlxe.runtime.executor import Executor, env_dims, net_spec
@@ -62,3 +64,34 @@ def test_state_dict_restores_the_random_streams(make_config):
     b = make_executor(cfg, seed=99)
     b.load_state_dict(state)
     assert [b.run().length for _ in range(3)] == first
+
+
+class _FakeExecutor:
+    def __init__(self, weights, version):
+        self.weights, self.version, self.in_episode = weights, version, False
+
+
+def test_oa_rate_limit_waits_for_the_learners_updates():
+    import threading
+
+    from mlxe.runtime.executor import _wait_for_learner
+
+    weights = SharedWeights(2)
+    for _ in range(3):
+        weights.publish(np.zeros(2, np.float32))
+    ex = _FakeExecutor(weights, version=3)
+    assert _wait_for_learner(ex, 0, lambda: False)  # no limit
+    def publish_slowly():
+        for _ in range(4):
+            time.sleep(0.02)
+            weights.publish(np.zeros(2, np.float32))
+
+    publisher = threading.Thread(target=publish_slowly)
+    publisher.start()
+    assert _wait_for_learner(ex, 4, lambda: False)
+    assert weights.version >= 7  # returned only once 4 more versions were out
+    publisher.join()
+    # a command arriving while waiting interrupts the wait
+    assert not _wait_for_learner(_FakeExecutor(weights, version=7), 100, lambda: True)
+    # before training starts (version < 2) the Executor must not wait: the Learner needs its data
+    assert _wait_for_learner(_FakeExecutor(SharedWeights(2), version=1), 100, lambda: False)

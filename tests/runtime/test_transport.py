@@ -110,3 +110,15 @@ def test_shared_weights_reach_a_child_process():
         np.testing.assert_array_equal(values, np.arange(5))
     finally:
         pool.close()
+
+
+def test_wait_for_version_blocks_until_published():
+    import threading
+
+    w = SharedWeights(2)
+    assert not w.wait_for_version(1, timeout=0.05)  # nothing published: times out
+    threading.Timer(0.05, lambda: w.publish(np.ones(2, np.float32))).start()
+    start = time.monotonic()
+    assert w.wait_for_version(1, timeout=5.0)
+    assert time.monotonic() - start < 2.0
+    assert w.wait_for_version(1, timeout=0)  # already there: no wait

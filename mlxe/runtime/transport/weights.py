@@ -24,10 +24,12 @@ class SharedWeights:
             self._buffer = np.zeros(size, np.float32)
             self._version = [0]
             self._lock = threading.Lock()
+            self._changed = threading.Condition(self._lock)
         else:
             self._buffer = ctx.RawArray("f", size)
             self._version = ctx.RawArray("q", 1)
             self._lock = ctx.Lock()
+            self._changed = ctx.Condition(self._lock)
         self._view: np.ndarray | None = None
 
     def _array(self) -> np.ndarray:
@@ -49,7 +51,13 @@ class SharedWeights:
         with self._lock:
             np.copyto(self._array(), vector)
             self._version[0] += 1
+            self._changed.notify_all()
             return int(self._version[0])
+
+    def wait_for_version(self, version: int, timeout: float) -> bool:
+        """Block (no spinning) until the version is >= ``version``; False after ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: int(self._version[0]) >= version, timeout)
 
     def read_into(self, out: np.ndarray, known_version: int) -> int:
         """Copy the weights into ``out`` if newer than ``known_version``; returns the version held."""
