@@ -79,3 +79,31 @@ def vtrace(
     v_next = np.where(segment_end > 0, next_values, np.append(v[1:], 0.0))
     advantage = rho * (rewards + discounts * v_next - values)
     return v.astype(np.float32), advantage.astype(np.float32)
+
+
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over a rollout of T steps of E environments (all [T, E]).
+
+    ``next_values[t]`` = V(s_{t+1}): for a truncated step the value of the observation the episode
+    was cut at (the vector env's ``final_obs``), anything for a terminated one (it is masked).
+    delta_t = r_t + gamma (1 - terminated_t) V(s_{t+1}) - V(s_t);
+    A_t = delta_t + gamma lam (1 - ended_t) A_{t+1}, so no advantage crosses an episode boundary.
+    Returns (advantages, value targets = advantages + values), float32 [T, E]. Loops over T only.
+    """
+    not_terminated = 1.0 - np.asarray(terminated, np.float64)
+    continues = not_terminated * (1.0 - np.asarray(truncated, np.float64))
+    delta = rewards + gamma * not_terminated * next_values - values
+    advantages = np.zeros(np.shape(rewards), np.float64)
+    carry = np.zeros(np.shape(rewards)[1:], np.float64)
+    for t in range(len(rewards) - 1, -1, -1):
+        carry = delta[t] + gamma * lam * continues[t] * carry
+        advantages[t] = carry
+    return advantages.astype(np.float32), (advantages + values).astype(np.float32)

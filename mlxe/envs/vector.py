@@ -1,0 +1,67 @@
+"""Batched environments for vectorized Executors: one call steps all of an Executor's environments.
+
+:class:`CartPoleVec` is CartPole-v1's physics (Gymnasium's equations, Euler integration, the same
+thresholds and start distribution) on a [num_envs, 4] NumPy array: one step of 64 environments
+costs about what one step of a single Gymnasium CartPole does.
+
+Semantics shared by every vector env of MLxE (Gymnasium's ``SAME_STEP`` autoreset):
+``step(actions) -> (obs, reward, terminated, truncated, final_obs)``; an environment whose episode
+ended is reset at once, ``obs`` holds its new first observation and ``final_obs`` the observation
+the episode ended in (what a truncated episode bootstraps from). ``final_obs`` rows of environments
+that did not end equal ``obs``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GRAVITY, MASS_CART, MASS_POLE, HALF_LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+TOTAL_MASS = MASS_CART + MASS_POLE
+POLEMASS_LENGTH = MASS_POLE * HALF_LENGTH
+X_THRESHOLD = 2.4
+THETA_THRESHOLD = 12 * 2 * np.pi / 360
+
+
+class CartPoleVec:
+    """``num_envs`` CartPole-v1 environments stepped together (reward 1 per step, cap ``max_episode_steps``)."""
+
+    def __init__(self, num_envs: int, max_episode_steps: int = 500, seed: int | None = None) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.num_envs = num_envs
+        self.obs_dim, self.n_actions = 4, 2
+        self.max_episode_steps = max_episode_steps
+        self.rng = np.random.default_rng(seed)
+        self.state = np.zeros((num_envs, 4), np.float64)
+        self.steps = np.zeros(num_envs, np.int64)
+
+    def _sample_starts(self, n: int) -> np.ndarray:
+        return self.rng.uniform(-0.05, 0.05, size=(n, 4))
+
+    def reset(self) -> np.ndarray:
+        """Start every environment; returns obs [num_envs, 4] float32."""
+        self.state[:] = self._sample_starts(self.num_envs)
+        self.steps[:] = 0
+        return self.state.astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``actions`` [num_envs] in {0, 1} -> obs, reward, terminated, truncated, final_obs (see module doc)."""
+        x, x_dot, theta, theta_dot = self.state.T
+        force = np.where(np.asarray(actions) == 1, FORCE, -FORCE)
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + POLEMASS_LENGTH * theta_dot**2 * sin) / TOTAL_MASS
+        theta_acc = (GRAVITY * sin - cos * temp) / (HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * cos**2 / TOTAL_MASS))
+        x_acc = temp - POLEMASS_LENGTH * theta_acc * cos / TOTAL_MASS
+        self.state = np.stack(
+            [x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot, theta_dot + TAU * theta_acc], axis=1
+        )
+        self.steps += 1
+        x, theta = self.state[:, 0], self.state[:, 2]
+        terminated = (np.abs(x) > X_THRESHOLD) | (np.abs(theta) > THETA_THRESHOLD)
+        truncated = (self.steps >= self.max_episode_steps) & ~terminated
+        final_obs = self.state.astype(np.float32)
+        done = terminated | truncated
+        if done.any():
+            self.state[done] = self._sample_starts(int(done.sum()))
+            self.steps[done] = 0
+        return self.state.astype(np.float32), np.ones(self.num_envs, np.float32), terminated, truncated, final_obs
