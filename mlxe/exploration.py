@@ -1,7 +1,9 @@
 """How an Executor turns a policy's logits into an action.
 
-Each exploration policy is a small class: ``select(logits [A], rng) -> action index``, with a
-``state_dict`` so that schedules carry across episodes and checkpoints.
+Each exploration policy is a small class: ``select(probs [A], rng) -> action index`` where
+``probs`` = softmax(logits) (computed once per step by the actor, which also needs it for the
+behaviour log-probability), with a ``state_dict`` so that schedules carry across episodes and
+checkpoints.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class SoftmaxSampling:
     """The A3C default: sample an action from softmax(logits)."""
 
-    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
-        p = softmax(logits)
+    def select(self, probs: np.ndarray, rng: np.random.Generator) -> int:
         # Inverse-CDF on one uniform draw: ~5x cheaper than rng.choice for a handful of actions.
-        return int(min(np.searchsorted(np.cumsum(p), rng.random(), side="right"), len(p) - 1))
+        return int(min(np.searchsorted(np.cumsum(probs), rng.random(), side="right"), len(probs) - 1))
 
     def state_dict(self) -> dict:
         return {}
@@ -34,8 +35,8 @@ class SoftmaxSampling:
 class Greedy:
     """Evaluation: always the most probable action."""
 
-    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
-        return int(np.argmax(logits))
+    def select(self, probs: np.ndarray, rng: np.random.Generator) -> int:
+        return int(np.argmax(probs))
 
     def state_dict(self) -> dict:
         return {}
@@ -76,19 +77,19 @@ class ReversedEpsilonGreedy(_DecayingEpsilon):
         super().__init__(epsilon, decay)
         self._softmax = SoftmaxSampling()
 
-    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+    def select(self, probs: np.ndarray, rng: np.random.Generator) -> int:
         if self._explore(rng):
-            return int(np.argmax(logits))
-        return self._softmax.select(logits, rng)
+            return int(np.argmax(probs))
+        return self._softmax.select(probs, rng)
 
 
 class EpsilonGreedy(_DecayingEpsilon):
     """Plain epsilon-greedy: with probability eps a uniform random action, else the greedy one."""
 
-    def select(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+    def select(self, probs: np.ndarray, rng: np.random.Generator) -> int:
         if self._explore(rng):
-            return int(rng.integers(len(logits)))
-        return int(np.argmax(logits))
+            return int(rng.integers(len(probs)))
+        return int(np.argmax(probs))
 
 
 EXPLORATION = {

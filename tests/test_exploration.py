@@ -42,7 +42,7 @@ def test_softmax_sampling_frequencies_match_softmax():
     rng = np.random.default_rng(12345)
     sampler = SoftmaxSampling()
     n = 20_000
-    counts = np.bincount([sampler.select(logits, rng) for _ in range(n)], minlength=4)
+    counts = np.bincount([sampler.select(softmax(logits), rng) for _ in range(n)], minlength=4)
     assert counts.sum() == n
     np.testing.assert_allclose(counts / n, probs, atol=0.01)
 
@@ -51,13 +51,13 @@ def test_softmax_sampling_never_picks_zero_probability():
     logits = np.array([0.0, -1e9, 0.0, -1e9])
     rng = np.random.default_rng(0)
     sampler = SoftmaxSampling()
-    actions = {sampler.select(logits, rng) for _ in range(2000)}
+    actions = {sampler.select(softmax(logits), rng) for _ in range(2000)}
     assert actions == {0, 2}
 
 
 def test_softmax_sampling_returns_int_in_range():
     rng = np.random.default_rng(1)
-    a = SoftmaxSampling().select(np.array([0.3, -0.2, 0.1], dtype=np.float32), rng)
+    a = SoftmaxSampling().select(softmax(np.array([0.3, -0.2, 0.1], dtype=np.float32)), rng)
     assert isinstance(a, int) and 0 <= a < 3
 
 
@@ -65,15 +65,15 @@ def test_softmax_sampling_is_seeded():
     logits = np.array([0.1, 0.5, -0.3])
     s = SoftmaxSampling()
     r1, r2 = np.random.default_rng(7), np.random.default_rng(7)
-    assert [s.select(logits, r1) for _ in range(50)] == [s.select(logits, r2) for _ in range(50)]
+    assert [s.select(softmax(logits), r1) for _ in range(50)] == [s.select(softmax(logits), r2) for _ in range(50)]
 
 
 def test_greedy_picks_argmax():
     rng = np.random.default_rng(0)
     g = Greedy()
-    assert g.select(np.array([0.1, 2.0, -1.0]), rng) == 1
-    assert g.select(np.array([5.0, 2.0, -1.0]), rng) == 0
-    assert g.select(np.array([-3.0, -2.0, -1.0]), rng) == 2
+    assert g.select(softmax(np.array([0.1, 2.0, -1.0])), rng) == 1
+    assert g.select(softmax(np.array([5.0, 2.0, -1.0])), rng) == 0
+    assert g.select(softmax(np.array([-3.0, -2.0, -1.0])), rng) == 2
 
 
 def test_make_exploration_known_names():
@@ -100,7 +100,7 @@ def test_epsilon_schedule_decays_per_action_and_is_checkpointed():
     rng = np.random.default_rng(0)
     assert policy.epsilon == pytest.approx(0.1)
     for _ in range(200):
-        policy.select(np.array([0.0, 1.0]), rng)
+        policy.select(softmax(np.array([0.0, 1.0])), rng)
     assert policy.epsilon == pytest.approx(0.1 * 0.995**200)
     restored = ReversedEpsilonGreedy(epsilon=0.1, decay=0.995)
     restored.load_state_dict(policy.state_dict())
@@ -114,7 +114,7 @@ def test_reversed_epsilon_greedy_is_greedy_with_probability_eps_else_softmax():
     # decay 1: eps stays 0.4; P(action 1) = 0.4 * 1 + 0.6 * 0.75 = 0.85
     policy = ReversedEpsilonGreedy(epsilon=0.4, decay=1.0)
     rng = np.random.default_rng(1)
-    freq = np.mean([policy.select(logits, rng) for _ in range(20_000)])
+    freq = np.mean([policy.select(softmax(logits), rng) for _ in range(20_000)])
     assert freq == pytest.approx(0.85, abs=0.01)
 
 
@@ -125,7 +125,7 @@ def test_epsilon_greedy_is_uniform_with_probability_eps_else_greedy():
     # eps 0.3: P(action 1) = 0.7 + 0.3 / 3 = 0.8; P(action 0) = 0.1
     policy = EpsilonGreedy(epsilon=0.3, decay=1.0)
     rng = np.random.default_rng(2)
-    actions = np.array([policy.select(logits, rng) for _ in range(20_000)])
+    actions = np.array([policy.select(softmax(logits), rng) for _ in range(20_000)])
     assert np.mean(actions == 1) == pytest.approx(0.8, abs=0.01)
     assert np.mean(actions == 0) == pytest.approx(0.1, abs=0.01)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from mlxe.algos.returns import discounted_returns
 from mlxe.envs.cartpole_task import failure_discounts
+from mlxe.exploration import softmax
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
 # Fields of one stored step; shapes per step (obs_dim = d).
@@ -76,11 +77,9 @@ class A3CActor:
         self.exploration = exploration  # an ``mlxe.exploration`` policy
 
     def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
-        logits = self.net.logits(obs[None])[0].astype(np.float64)
-        action = self.exploration.select(logits, rng)
-        z = logits - logits.max()
-        logp = z[action] - np.log(np.exp(z).sum())
-        return action, float(logp)
+        probs = softmax(self.net.logits(obs[None])[0])
+        action = self.exploration.select(probs, rng)
+        return action, float(np.log(probs[action]))
 
     def value(self, obs: np.ndarray) -> float:
         return float(self.net.value(obs[None])[0])

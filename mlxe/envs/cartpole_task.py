@@ -215,7 +215,10 @@ class CartPoleTask(gymnasium.Wrapper):
         if not self.x_squared:
             return obs
         x = float(self._cartpole.state[0])
-        return np.append(np.asarray(obs, dtype=np.float32), np.float32(x * x))
+        out = np.empty(len(obs) + 1, np.float32)  # a fresh array: callers keep the previous obs
+        out[:-1] = obs
+        out[-1] = x * x
+        return out
 
     def state_dict(self) -> dict[str, int]:
         """Checkpointable wrapper state: ``{"episode": int}`` (episodes reset so far)."""
