@@ -31,6 +31,10 @@ ARCHITECTURES = {
 
 
 def _run(cfg: Config, trainer) -> str:
+    if cfg.algo.name == "ppo":
+        from mlxe.runtime.architectures.on_policy import run_on_policy
+
+        return run_on_policy(cfg, trainer, threads=cfg.arch == "istb")
     if cfg.arch == "oa":
         from mlxe.runtime.architectures.online import run_online
 
@@ -102,8 +106,10 @@ def evaluate(
     ``source``: a run directory or a checkpoint file. Returns mean/std return, mean/min/max length
     and the per-episode lists.
     """
+    import torch
+
+    from mlxe.models.actor_critic import build_torch
     from mlxe.runtime.architectures.common import evaluate_weights, problem_spec
-    from mlxe.runtime.learner import Learner
     from mlxe.runtime.trainer import load_checkpoint
 
     source = Path(source)
@@ -115,6 +121,7 @@ def evaluate(
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
     state = load_checkpoint(source)
-    learner = Learner(config, problem_spec(config), seed=0)
-    learner.load_state_dict(state["learner"])
-    return evaluate_weights(config, learner.algo.weights(), episodes, config.seed if seed is None else seed)
+    model = build_torch(problem_spec(config))
+    model.load_state_dict(state["learner"]["main"])  # every learner keeps its trained model as "main"
+    weights = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    return evaluate_weights(config, weights, episodes, config.seed if seed is None else seed)

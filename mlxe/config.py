@@ -76,7 +76,7 @@ class ExplorationConfig:
 
 @dataclass
 class AlgoConfig:
-    name: Literal["a3c"] = "a3c"
+    name: Literal["a3c", "ppo"] = "a3c"
     gamma: float = 0.99  # constant discount (also the bootstrap discount of cut episodes)
     lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
     lr_decay: float = 0.998
@@ -100,6 +100,20 @@ class PriorityConfig:
     beta0: float = 0.4  # p = combined^beta; beta = min(1, beta0 + beta_step * executors * iteration)
     beta_step: float = 0.001
     importance_weights: bool = False  # scale each sample's loss by (N p)^-beta / max
+
+
+@dataclass
+class PPOConfig:
+    """Batch PPO (``algo.name: ppo``): executors x envs_per_executor x rollout_steps per iteration."""
+
+    rollout_steps: int = 32  # T steps per environment per iteration
+    epochs: int = 10  # K passes over the batch, in minibatches of algo.batch_size
+    clip: float = 0.2  # surrogate clip range
+    clip_value: float | None = None  # value clipping around the old values (None: off)
+    gae_lambda: float = 0.95
+    normalize_advantages: bool = True
+    anneal_lr: bool = True  # linearly to 0 over stop.max_env_steps
+    anneal_clip: bool = False
 
 
 @dataclass
@@ -148,6 +162,7 @@ class Config:
     seed: int = 0
     arch: Literal["istb", "is", "ia", "oa"] = "is"
     executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
+    envs_per_executor: int = 1  # on-policy algorithms: environments each Executor steps in one batch
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
     torch_threads: int = 1  # intra-op threads of each role; small models gain nothing from more
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -157,6 +172,7 @@ class Config:
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
@@ -257,6 +273,9 @@ def _check_ranges(cfg: Config) -> None:
         "torch_threads": cfg.torch_threads,
         "env.max_episode_steps": cfg.env.max_episode_steps,
         "algo.batch_size": cfg.algo.batch_size,
+        "envs_per_executor": cfg.envs_per_executor,
+        "ppo.rollout_steps": cfg.ppo.rollout_steps,
+        "ppo.epochs": cfg.ppo.epochs,
         "algo.lr": cfg.algo.lr,
         "memory.capacity_per_executor": cfg.memory.capacity_per_executor,
         "memory.keep_last_steps": cfg.memory.keep_last_steps,
@@ -278,6 +297,8 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    if cfg.algo.name == "ppo" and cfg.arch not in ("is", "istb"):
+        raise ConfigError(f"arch: {cfg.arch!r} is not allowed with algo.name 'ppo' yet; expected 'is' or 'istb'")
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(
             f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"

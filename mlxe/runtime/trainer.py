@@ -132,9 +132,11 @@ class Trainer:
         return self.wall_before + time.monotonic() - self._start
 
     # -- reports from the architecture ---------------------------------------------------------------
-    def on_episode(self, episode: Episode) -> None:
+    def on_episode(self, episode: Episode, count_steps: bool = True) -> None:
+        """Count a finished episode (and its steps, unless the architecture counts steps itself)."""
         self.episodes += 1
-        self.env_steps += episode.length
+        if count_steps:
+            self.env_steps += episode.length
         self.stats.add(episode.length, episode.total_return)
         goal = self.cfg.stop.goal_episode_length
         if goal is not None and episode.length >= goal:

@@ -1,0 +1,185 @@
+"""Batch PPO (Schulman et al., 2017) with vectorized rollouts, as in ChainerRL's batch PPO (seed 004).
+
+Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
+
+* Acting (Executors, NumPy): one batched forward pass for all E environments of an Executor;
+  actions sampled from softmax(logits); log pi(a|s) and V(s) kept for the update.
+* Targets: GAE(gamma, lambda) per environment over T steps (``mlxe.algos.returns.gae``): a
+  terminated step does not bootstrap, a truncated one bootstraps V(final observation).
+* Loss: clipped surrogate -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi/pi_old, value loss
+  (optionally clipped around the old values), minus the entropy bonus.
+* Update: K epochs over shuffled minibatches of the N x E x T batch, advantages normalized per
+  minibatch, gradient-norm clipping, learning rate and clip range annealed linearly to 0 over the
+  run's step budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlxe.algos.returns import gae
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+
+
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [B] ~ softmax(logits [B, A]) and their log-probabilities [B] (Gumbel-max, vectorized)."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    actions = np.argmax(logp_all - np.log(-np.log(rng.random(logits.shape))), axis=1)
+    return actions, logp_all[np.arange(len(actions)), actions]
+
+
+class PPOActor:
+    """``act(obs [E, d]) -> (actions [E], logp [E], values [E])`` with the current weights."""
+
+    def __init__(self, spec: NetSpec, weights: np.ndarray, greedy: bool = False) -> None:
+        self.net = NumpyActorCritic(spec, weights)
+        self.greedy = greedy
+
+    def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logits, values = self.net(obs)
+        if self.greedy:
+            actions = np.argmax(logits, axis=1)
+            z = logits - logits.max(axis=1, keepdims=True)
+            logp = (z - np.log(np.exp(z).sum(axis=1, keepdims=True)))[np.arange(len(actions)), actions]
+            return actions, logp, values
+        actions, logp = sample_categorical(logits, rng)
+        return actions, logp, values
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self.net.value(obs)
+
+
+def rollout_targets(rollout: dict[str, np.ndarray], gamma: float, lam: float) -> dict[str, np.ndarray]:
+    """Flatten a [T, E] rollout into a training batch [T*E] with GAE advantages and value targets.
+
+    ``rollout``: obs [T, E, d], action, logp, value, reward, terminated, truncated, next_value [T, E]
+    (``next_value[t]`` = V(s_{t+1}), or V(final observation) where the step was truncated).
+    """
+    adv, ret = gae(
+        rollout["reward"], rollout["value"], rollout["next_value"],
+        rollout["terminated"], rollout["truncated"], gamma, lam,
+    )
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+    return {
+        "obs": flat(rollout["obs"]).astype(np.float32),
+        "action": flat(rollout["action"]).astype(np.int64),
+        "logp": flat(rollout["logp"]).astype(np.float32),
+        "value": flat(rollout["value"]).astype(np.float32),
+        "advantage": flat(adv),
+        "ret": flat(ret),
+    }
+
+
+@dataclass
+class PPOInfo:
+    """Means over the iteration's minibatches."""
+
+    loss: float
+    value_loss: float
+    policy_loss: float
+    entropy: float
+    approx_kl: float
+    clip_fraction: float
+    grad_norm: float
+
+
+class PPOLearner:
+    """K epochs of clipped-surrogate updates on each iteration's batch.
+
+    ``cfg`` is the run config (``cfg.algo`` shared hyper-parameters, ``cfg.ppo`` the PPO ones).
+    """
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        import torch
+
+        from mlxe.models.actor_critic import build_torch
+
+        torch.manual_seed(seed)
+        self.cfg, self.spec = cfg, spec
+        self.main = build_torch(spec)
+        self.optimizer = torch.optim.Adam(self.main.parameters(), lr=cfg.algo.lr, eps=1e-5, foreach=True)
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+
+    def schedule(self, progress: float) -> tuple[float, float]:
+        """(lr, clip range) at ``progress`` in [0, 1] of the step budget (linear annealing if enabled)."""
+        p = self.cfg.ppo
+        remaining = max(0.0, 1.0 - progress)
+        lr = self.cfg.algo.lr * (remaining if p.anneal_lr else 1.0)
+        clip = p.clip * (remaining if p.anneal_clip else 1.0)
+        return lr, clip
+
+    def loss(self, mb: dict, clip: float):
+        """Clipped-surrogate loss of one minibatch (tensors); returns (loss, stats)."""
+        import torch
+        import torch.nn.functional as F
+
+        p = self.cfg.ppo
+        logits, value = self.main(mb["obs"])
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        adv = mb["advantage"]
+        if p.normalize_advantages and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = logp - mb["logp"]
+        ratio = log_ratio.exp()
+        policy_loss = -torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv).mean()
+        if p.clip_value is not None:
+            clipped = mb["value"] + (value - mb["value"]).clamp(-p.clip_value, p.clip_value)
+            value_loss = torch.max((value - mb["ret"]) ** 2, (clipped - mb["ret"]) ** 2).mean()
+        else:
+            value_loss = F.mse_loss(value, mb["ret"])
+        loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman)
+            clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+        return loss, (value_loss, policy_loss, entropy, approx_kl, clip_fraction, ratio)
+
+    def update(self, batch: dict[str, np.ndarray], progress: float) -> PPOInfo:
+        """K epochs of minibatch updates on ``batch`` (fields [N, ...]); ``progress`` in [0, 1]."""
+        import torch
+
+        lr, clip = self.schedule(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        data = {k: torch.as_tensor(v) for k, v in batch.items()}
+        n = len(batch["action"])
+        size = min(self.cfg.algo.batch_size, n)
+        max_norm = self.cfg.algo.max_grad_norm if self.cfg.algo.max_grad_norm is not None else float("inf")
+        stats = []
+        for _ in range(self.cfg.ppo.epochs):
+            order = self.rng.permutation(n)
+            for start in range(0, n - size + 1, size):
+                idx = torch.as_tensor(order[start : start + size])
+                loss, (v, pl, ent, kl, cf, _) = self.loss({k: t[idx] for k, t in data.items()}, clip)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
+                self.optimizer.step()
+                self.updates += 1
+                stats.append([loss.item(), v.item(), pl.item(), ent.item(), kl.item(), cf.item(), grad_norm.item()])
+        return PPOInfo(*np.mean(stats, axis=0).tolist())
+
+    def weights(self) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return torch.nn.utils.parameters_to_vector(self.main.parameters()).numpy().copy()
+
+    def state_dict(self) -> dict:
+        return {
+            "main": self.main.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.main.load_state_dict(state["main"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]

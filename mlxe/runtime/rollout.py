@@ -1,0 +1,139 @@
+"""The vectorized Executor of the on-policy algorithms: E environments, T-step rollouts.
+
+Each step is one batched forward pass for all of the Executor's environments. Training is
+continuous (seed 004): an environment whose episode ends is reset at once by the vector env, a
+truncated episode bootstraps from V(final observation), and GAE never crosses an episode or
+environment boundary. Rollouts are turned into flat training batches here, in the Executor's
+process, so the Learner only learns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.algos.ppo import PPOActor, rollout_targets
+from mlxe.envs.vector import CartPoleVec
+from mlxe.runtime.executor import Episode, env_dims, make_env_from_config, net_spec
+from mlxe.runtime.transport.weights import SharedWeights
+
+
+class GymVec:
+    """Any environment of ``cfg.env`` as a Gymnasium ``SyncVectorEnv`` with MLxE's step semantics."""
+
+    def __init__(self, cfg, num_envs: int, seed: int) -> None:
+        import gymnasium as gym
+        from gymnasium.vector import AutoresetMode
+
+        self.env = gym.vector.SyncVectorEnv(
+            [lambda: make_env_from_config(cfg) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP
+        )
+        self.num_envs = num_envs
+        self.obs_dim, self.n_actions = env_dims(self.env.envs[0])
+        self.seed = seed
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.env.reset(seed=self.seed)
+        return np.asarray(obs, np.float32)
+
+    def step(self, actions: np.ndarray):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        final = np.array(obs, np.float32)
+        ended = info.get("_final_obs")
+        if ended is not None:
+            for i in np.flatnonzero(ended):
+                final[i] = info["final_obs"][i]
+        return np.asarray(obs, np.float32), np.asarray(reward, np.float32), terminated, truncated, final
+
+
+def make_vector_env(cfg, num_envs: int, seed: int):
+    """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env."""
+    if cfg.env.id == "CartPole-v1" and not cfg.env.task.enabled and not cfg.env.kwargs:
+        return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
+    return GymVec(cfg, num_envs, seed)
+
+
+class RolloutExecutor:
+    """``rollout()`` plays T steps in each of E environments and returns a training batch [T*E]."""
+
+    def __init__(self, cfg, index: int, weights: SharedWeights, seed: int) -> None:
+        self.cfg, self.index = cfg, index
+        self.env = make_vector_env(cfg, cfg.envs_per_executor, seed)
+        self.spec = net_spec(cfg, self.env.obs_dim, self.env.n_actions)
+        self.weights = weights
+        self.local = np.zeros(self.spec.num_params(), np.float32)
+        self.version = -1
+        self.actor = PPOActor(self.spec, self.local)
+        self.rng = np.random.default_rng(seed)
+        self.obs = self.env.reset()
+        self.ep_length = np.zeros(self.env.num_envs, np.int64)
+        self.ep_return = np.zeros(self.env.num_envs, np.float64)
+
+    def rollout(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
+        """A flat training batch [T*E] with GAE targets, and the episodes that ended meanwhile."""
+        raw, episodes = self.collect()
+        return rollout_targets(raw, self.cfg.algo.gamma, self.cfg.ppo.gae_lambda), episodes
+
+    def collect(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
+        """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended."""
+        self.version = self.weights.read_into(self.local, self.version)
+        T, E, d = self.cfg.ppo.rollout_steps, self.env.num_envs, self.env.obs_dim
+        r = {
+            "obs": np.zeros((T, E, d), np.float32),
+            "action": np.zeros((T, E), np.int64),
+            "logp": np.zeros((T, E), np.float32),
+            "value": np.zeros((T, E), np.float32),
+            "reward": np.zeros((T, E), np.float32),
+            "terminated": np.zeros((T, E), bool),
+            "truncated": np.zeros((T, E), bool),
+        }
+        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of truncations
+        episodes: list[Episode] = []
+        obs = self.obs
+        for t in range(T):
+            action, logp, value = self.actor.act(obs, self.rng)
+            next_obs, reward, terminated, truncated, final = self.env.step(action)
+            r["obs"][t], r["action"][t], r["logp"][t], r["value"][t] = obs, action, logp, value
+            r["reward"][t], r["terminated"][t], r["truncated"][t] = reward, terminated, truncated
+            self.ep_length += 1
+            self.ep_return += reward
+            ended = terminated | truncated
+            if ended.any():
+                for i in np.flatnonzero(ended):
+                    episodes.append(
+                        Episode(self.index, int(self.ep_length[i]), float(self.ep_return[i]), bool(terminated[i]),
+                                self.version, {})
+                    )
+                self.ep_length[ended], self.ep_return[ended] = 0, 0.0
+                if truncated.any():
+                    finals.append((t, np.flatnonzero(truncated), final[truncated]))
+            obs = next_obs
+        self.obs = obs
+        # V(s_{t+1}): the next row's value, the bootstrap after the rollout, V(final obs) at truncations.
+        r["next_value"] = np.concatenate([r["value"][1:], self.actor.value(obs)[None]], axis=0)
+        for t, envs, final_obs in finals:
+            r["next_value"][t, envs] = self.actor.value(final_obs)
+        return r, episodes
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None) -> None:
+    """A RolloutExecutor behind a channel: ``("rollout",)`` -> ``("rollout", batch, episodes)``;
+    ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
+    executor = RolloutExecutor(cfg, index, weights, seed)
+    if state is not None:
+        executor.load_state_dict(state)
+    while True:
+        msg = channel.recv()
+        if msg[0] == "close":
+            return
+        if msg[0] == "state":
+            channel.send(("state", executor.state_dict()))
+        elif msg[0] == "rollout":
+            channel.send(("rollout", *executor.rollout()))
+        else:
+            raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")

@@ -1,0 +1,71 @@
+"""Vectorized rollouts and batch PPO end to end."""
+
+import numpy as np
+import pytest
+
+import mlxe
+from mlxe.config import load_config
+from mlxe.runtime.executor import net_spec
+from mlxe.runtime.rollout import RolloutExecutor, make_vector_env
+from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.transport.weights import SharedWeights
+
+
+def ppo_config(tmp_path, *overrides):
+    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+             "run.eval_after=0", "start_method=fork"]
+    return load_config("configs/cartpole_ppo.yaml", [*quiet, *overrides])
+
+
+def executor(cfg):
+    env = make_vector_env(cfg, 1, 0)
+    spec = net_spec(cfg, env.obs_dim, env.n_actions)
+    weights = SharedWeights(spec.num_params())
+    weights.publish(np.random.default_rng(0).normal(0, 0.1, spec.num_params()).astype(np.float32))
+    return RolloutExecutor(cfg, 0, weights, seed=1)
+
+
+def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
+    from mlxe.envs.vector import CartPoleVec
+
+    cfg = ppo_config(tmp_path, "env.max_episode_steps=5", "envs_per_executor=3", "ppo.rollout_steps=12")
+    ex = executor(cfg)
+    raw, episodes = ex.collect()
+    t, e = next((t, e) for t, e in np.argwhere(raw["truncated"]) if t < len(raw["truncated"]) - 1)
+    physics = CartPoleVec(1, max_episode_steps=10**6)  # step the stored state with the stored action
+    physics.state[:] = raw["obs"][t, e]
+    final_obs = physics.step(raw["action"][t, e][None])[4]
+    assert raw["next_value"][t, e] == pytest.approx(ex.actor.value(final_obs)[0], rel=1e-5)
+    assert raw["next_value"][t, e] != pytest.approx(raw["value"][t + 1, e])  # not the next episode's start
+    ok = ~(raw["terminated"] | raw["truncated"])[:-1]
+    np.testing.assert_array_equal(raw["next_value"][:-1][ok], raw["value"][1:][ok])
+    assert any(not ep.failed and ep.length == 5 for ep in episodes)
+
+
+def test_rollout_counts_episodes_across_rollouts(tmp_path):
+    cfg = ppo_config(tmp_path, "env.max_episode_steps=7", "envs_per_executor=2", "ppo.rollout_steps=5")
+    ex = executor(cfg)
+    lengths = [e.length for _ in range(6) for e in ex.rollout()[1]]
+    # 2 envs x 30 steps: finished episodes plus the ones in progress account for every step
+    assert sum(lengths) + ex.ep_length.sum() == 60
+    assert max(lengths) <= 7 and len(lengths) >= 2 * (30 // 7)
+
+
+@pytest.mark.parametrize("arch", ["is", "istb"])
+def test_ppo_trains_and_resumes(tmp_path, arch):
+    cfg = ppo_config(tmp_path, f"arch={arch}", "stop.eval_return=null", "stop.max_env_steps=2048")
+    first = mlxe.train(cfg)
+    assert first.summary["stop_reason"] == "max_env_steps" and first.summary["env_steps"] == 2048
+    assert first.summary["updates"] == 8 * 20  # 8 iterations x 20 epochs x 1 minibatch of 256
+    more = mlxe.train(overrides=["stop.max_env_steps=4096"], resume=first.run_dir)
+    assert more.summary["env_steps"] == 4096 and more.summary["updates"] == 16 * 20
+    assert load_checkpoint(first.run_dir)["learner"]["updates"] == 320
+
+
+def test_ppo_solves_cartpole(tmp_path):
+    """Greedy mean return >= 475 over 20 episodes within 100k env steps (seed 0)."""
+    result = mlxe.train(ppo_config(tmp_path, "seed=0"))
+    s = result.summary
+    assert s["stop_reason"] == "eval_return", s
+    check = mlxe.evaluate(result.run_dir, episodes=20, seed=123)
+    assert check["mean_return"] >= 475
