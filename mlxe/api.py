@@ -106,9 +106,7 @@ def evaluate(
     ``source``: a run directory or a checkpoint file. Returns mean/std return, mean/min/max length
     and the per-episode lists.
     """
-    import torch
-
-    from mlxe.models.actor_critic import build_torch
+    from mlxe.models.actor_critic import build_torch, flat_weights
     from mlxe.runtime.architectures.common import evaluate_weights, problem_spec
     from mlxe.runtime.trainer import load_checkpoint
 
@@ -123,5 +121,4 @@ def evaluate(
     state = load_checkpoint(source)
     model = build_torch(problem_spec(config))
     model.load_state_dict(state["learner"]["main"])  # every learner keeps its trained model as "main"
-    weights = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
-    return evaluate_weights(config, weights, episodes, config.seed if seed is None else seed)
+    return evaluate_weights(config, flat_weights(model), episodes, config.seed if seed is None else seed)

@@ -24,7 +24,7 @@ import numpy as np
 from mlxe.algos.returns import discounted_returns
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import softmax
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
 # Fields of one stored step; shapes per step (obs_dim = d).
 STEP_FIELDS = {
@@ -184,10 +184,7 @@ class A3CLearner:
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:
         """The main model as the flat float32 vector Executors act with."""
-        import torch
-
-        with torch.no_grad():
-            return torch.nn.utils.parameters_to_vector(self.main.parameters()).numpy().copy()
+        return flat_weights(self.main)
 
     def state_dict(self) -> dict:
         return {

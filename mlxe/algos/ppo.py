@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.algos.returns import gae
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -165,10 +165,8 @@ class PPOLearner:
         return PPOInfo(*np.mean(stats, axis=0).tolist())
 
     def weights(self) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            return torch.nn.utils.parameters_to_vector(self.main.parameters()).numpy().copy()
+        """The main model as the flat float32 vector Executors act with."""
+        return flat_weights(self.main)
 
     def state_dict(self) -> dict:
         return {

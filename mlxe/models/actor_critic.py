@@ -98,6 +98,14 @@ def build_torch(spec: NetSpec):
     return ActorCritic()
 
 
+def flat_weights(model) -> np.ndarray:
+    """A torch module's parameters as the flat float32 vector the NumPy mirror reads (a copy)."""
+    import torch
+
+    with torch.no_grad():
+        return torch.nn.utils.parameters_to_vector(model.parameters()).numpy().copy()
+
+
 _NP_ACT = {
     "relu": lambda x: np.maximum(x, 0.0, out=x),
     "tanh": lambda x: np.tanh(x, out=x),

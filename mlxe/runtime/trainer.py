@@ -225,6 +225,20 @@ class Trainer:
     def checkpoint_due(self) -> bool:
         return self.iteration % self.cfg.run.checkpoint_every == 0
 
+    def close_iteration(
+        self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
+    ) -> None:
+        """``end_iteration``, then the periodic checkpoint of ``roles()``."""
+        self.end_iteration(updates, info, evaluate)
+        if self.checkpoint_due():
+            self.save(roles())
+
+    def finish(self, roles: Callable[[], dict]) -> str:
+        """The final checkpoint; returns the stop reason."""
+        reason = self.check_stop() or "interrupted"
+        self.save(roles())
+        return reason
+
     # -- outputs -----------------------------------------------------------------------------------
     def save(self, roles: dict) -> None:
         """Write a checkpoint of the counters plus ``roles`` (learner, memorizer, executors states)."""

@@ -112,11 +112,7 @@ def run_iterative(cfg: Config, trainer: Trainer, asynchronous: bool, threads: bo
             )
             learner.publish(weights)
             info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)  # where the wall time goes
-            trainer.end_iteration(updates, info, evaluate)
-            if trainer.checkpoint_due():
-                trainer.save(roles())
-        reason = trainer.check_stop() or "interrupted"
-        trainer.save(roles())
-        return reason
+            trainer.close_iteration(updates, info, evaluate, roles)
+        return trainer.finish(roles)
     finally:
         pool.close()

@@ -77,13 +77,9 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool) -> str:
             before = learner.updates
             info = learner.update(batch, progress)
             weights.publish(learner.weights())
-            stats = {k: v for k, v in vars(info).items()}
-            stats.update(lr=learner.optimizer.param_groups[0]["lr"], act_s=t1 - t0, learn_s=time.perf_counter() - t1)
-            trainer.end_iteration(learner.updates - before, stats, evaluate)
-            if trainer.checkpoint_due():
-                trainer.save(roles())
-        reason = trainer.check_stop() or "interrupted"
-        trainer.save(roles())
-        return reason
+            stats = dict(vars(info), lr=learner.optimizer.param_groups[0]["lr"])
+            stats.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
+            trainer.close_iteration(learner.updates - before, stats, evaluate, roles)
+        return trainer.finish(roles)
     finally:
         pool.close()
