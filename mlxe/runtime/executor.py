@@ -40,10 +40,13 @@ def env_dims(env) -> tuple[int, int]:
     import gymnasium as gym
 
     if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(f"the A3C of this release needs a Discrete action space, got {env.action_space}")
+        raise ValueError(
+            f"the algorithms of this release need a Discrete action space, got {env.action_space} "
+            "(continuous actions come with the Gaussian policy head)"
+        )
     shape = env.observation_space.shape
     if shape is None or len(shape) != 1:
-        raise ValueError(f"the A3C of this release needs a flat Box observation space, got {env.observation_space}")
+        raise ValueError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
     return int(shape[0]), int(env.action_space.n)
 
 

@@ -69,3 +69,8 @@ def test_ppo_solves_cartpole(tmp_path):
     assert s["stop_reason"] == "eval_return", s
     check = mlxe.evaluate(result.run_dir, episodes=20, seed=123)
     assert check["mean_return"] >= 475
+
+
+def test_continuous_env_is_a_clear_error_for_now(tmp_path):
+    with pytest.raises(ValueError, match=r"need a Discrete action space, got Box"):
+        mlxe.train(ppo_config(tmp_path, "env.id=Pendulum-v1", "stop.max_env_steps=256"))
