@@ -78,8 +78,10 @@ def train(
         try:
             reason = _run(cfg, trainer)
         except WorkerFailed as e:
+            trainer.stop_clock()
             trainer.summary("error", error=str(e))
             raise
+        trainer.stop_clock()
         evaluation = None
         if cfg.run.eval_after > 0 and trainer.checkpoint_path.exists():
             evaluation = evaluate(trainer.checkpoint_path, episodes=cfg.run.eval_after, config=cfg)

@@ -38,3 +38,16 @@ def test_config_errors_are_reported_not_raised(capsys):
     assert "config file not found: no/such.yaml" in capsys.readouterr().err
     assert main(["eval", "no/such/run"]) == 2
     assert "no run directory or checkpoint at no/such/run" in capsys.readouterr().err
+
+
+def test_summary_wall_time_excludes_the_final_evaluation(tmp_path, capsys):
+    rc = main(["train", "configs/cartpole_a3c.yaml", f"run.dir={tmp_path}", "stop.max_episodes=4", "executors=2",
+               "start_method=fork", "model.trunk=[16]", "model.policy_head=[16]", "model.value_head=[16]",
+               "run.tensorboard=false", "run.eval_after=3", "env.task.enabled=false",
+               "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 15000}", "--no-progress"])
+    assert rc == 0
+    run_dir = next(tmp_path.iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    metrics_wall = float((run_dir / "metrics.csv").read_text().splitlines()[-1].split(",")[4])
+    assert summary["evaluation"]["mean_length"] == 15000  # ~1-2 s of evaluation...
+    assert summary["wall_s"] - metrics_wall < 0.5  # ...not counted as training time

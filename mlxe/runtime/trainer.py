@@ -100,6 +100,7 @@ class Trainer:
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
         self._episode_rows: list[dict] = []
         self._start = time.monotonic()
+        self._stopped: float | None = None
         self._rate_mark = (self._start, self.env_steps, self.updates)
         self._rates = (0.0, 0.0)
         self.interrupted = False
@@ -129,7 +130,12 @@ class Trainer:
 
     @property
     def wall_s(self) -> float:
-        return self.wall_before + time.monotonic() - self._start
+        """Seconds trained (across resumes); frozen by ``stop_clock`` so evaluation is not counted."""
+        end = self._stopped if self._stopped is not None else time.monotonic()
+        return self.wall_before + end - self._start
+
+    def stop_clock(self) -> None:
+        self._stopped = time.monotonic()
 
     # -- reports from the architecture ---------------------------------------------------------------
     def on_episode(self, episode: Episode, count_steps: bool = True) -> None:
