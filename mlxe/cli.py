@@ -96,26 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="built-in benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)
-    b = bench.add_parser("architectures", help="ISTB vs IS vs IA vs OA to the 50,000-step goal")
-    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+
+    def bench_parser(name: str, help: str) -> argparse.ArgumentParser:
+        b = bench.add_parser(name, help=help)
+        b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+        b.add_argument("--out", default=None, help=f"output directory (default runs/bench-{name}-<time>)")
+        b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+        b.set_defaults(func=_bench)
+        return b
+
+    b = bench_parser("architectures", "ISTB vs IS vs IA vs OA to the 50,000-step goal")
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--archs", default="istb,is,ia,oa", help="comma-separated subset")
-    b.add_argument("--out", default=None, help="output directory (default runs/bench-architectures-<time>)")
-    b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
-    b.set_defaults(func=_bench)
-    b = bench.add_parser("ablations", help="the A3C improvements one by one (IS), to the 50,000-step goal")
-    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+    b = bench_parser("ablations", "the A3C improvements one by one (IS), to the 50,000-step goal")
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")
-    b.add_argument("--out", default=None, help="output directory (default runs/bench-ablations-<time>)")
-    b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
-    b.set_defaults(func=_bench)
-    b = bench.add_parser("priorities", help="time of re-weighting a full prioritized buffer vs one update")
-    b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+    b = bench_parser("priorities", "time of re-weighting a full prioritized buffer vs one update")
     b.add_argument("--repeats", type=int, default=50)
-    b.add_argument("--out", default=None, help="output directory (default runs/bench-priorities-<time>)")
-    b.add_argument("overrides", nargs="*", help="key=value overrides")
-    b.set_defaults(func=_bench)
     return parser
 
 

@@ -28,3 +28,12 @@ def test_bench_runs_each_architecture_and_writes_its_report(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["stop_reason"] for r in results["IS"]] == ["goal_episode_length"]
     assert (tmp_path / "architectures.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_priorities_command_writes_its_table(tmp_path, capsys):
+    from mlxe.cli import main
+
+    assert main(["bench", "priorities", "--repeats", "3", "--out", str(tmp_path), "executors=2"]) == 0
+    text = (tmp_path / "priorities.md").read_text()
+    assert "2,048 rows = 1024 x 2 executors" in text and "re-weight the whole buffer" in text
+    assert f"written to {tmp_path}" in capsys.readouterr().out
