@@ -22,11 +22,11 @@ class TrainResult:
     summary: dict
 
 
-ARCHITECTURES = {
+# The iterative schedules differ only in these two switches; OA and the on-policy family have their own.
+ITERATIVE = {
     "istb": dict(asynchronous=False, threads=True),
     "is": dict(asynchronous=False, threads=False),
     "ia": dict(asynchronous=True, threads=False),
-    "oa": None,  # online: its own schedule
 }
 
 
@@ -41,7 +41,7 @@ def _run(cfg: Config, trainer) -> str:
         return run_online(cfg, trainer)
     from mlxe.runtime.architectures.iterative import run_iterative
 
-    return run_iterative(cfg, trainer, **ARCHITECTURES[cfg.arch])
+    return run_iterative(cfg, trainer, **ITERATIVE[cfg.arch])
 
 
 def train(

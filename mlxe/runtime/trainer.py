@@ -46,7 +46,10 @@ def save_checkpoint(path: Path, state: dict) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(_to_torch(state), tmp)
+    with open(tmp, "wb") as f:
+        torch.save(_to_torch(state), f)
+        f.flush()
+        os.fsync(f.fileno())  # the rename must not expose a file still in the page cache only
     os.replace(tmp, path)
 
 
