@@ -53,10 +53,10 @@ def test_resume_continues_counters_and_reloads_weights(make_config):
     np.testing.assert_array_equal(iterations, np.arange(1, len(iterations) + 1))
 
 
-@pytest.mark.parametrize("arch", ["is", "istb"])
+@pytest.mark.parametrize("arch", ["is", "istb", "ia", "oa"])
 def test_executor_that_raises_stops_the_run_with_its_error(make_config, arch):
     cfg = make_config(f"arch={arch}", "env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 7}",
-                      "env.task.enabled=false", "stop.max_episodes=10")
+                      "env.task.enabled=false", "stop.max_episodes=10", "executors=1" if arch == "oa" else "executors=2")
     start = time.monotonic()
     with pytest.raises(WorkerFailed, match=r"executor-\d failed: RuntimeError: boom at step 7"):
         mlxe.train(cfg)
@@ -79,11 +79,13 @@ def test_bad_env_id_is_a_clear_error(make_config):
         mlxe.train(cfg)
 
 
-def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
+@pytest.mark.parametrize("arch", ["is", "oa"])
+def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, arch):
     runs = tmp_path / "runs"
+    executors = "executors=1" if arch == "oa" else "executors=2"
     cmd = [sys.executable, "-m", "mlxe", "train", "configs/cartpole_a3c.yaml", f"run.dir={runs}", "run.tensorboard=false",
-           "run.eval_after=0", "executors=2", "start_method=fork", "model.trunk=[32]", "model.policy_head=[32]",
-           "model.value_head=[32]", "run.checkpoint_every=1000", "--no-progress"]
+           "run.eval_after=0", executors, f"arch={arch}", "start_method=fork", "model.trunk=[32]",
+           "model.policy_head=[32]", "model.value_head=[32]", "run.checkpoint_every=1000", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
