@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxe.config import Config, ConfigError, from_dict, load_config, read_yaml
+from mlxe.config import ON_POLICY, Config, ConfigError, from_dict, load_config, read_yaml
 
 __all__ = ["train", "evaluate", "load_config", "TrainResult"]
 
@@ -31,7 +31,7 @@ ITERATIVE = {
 
 
 def _run(cfg: Config, trainer) -> str:
-    if cfg.algo.name == "ppo":
+    if cfg.algo.name in ON_POLICY:
         from mlxe.runtime.architectures.on_policy import run_on_policy
 
         return run_on_policy(cfg, trainer, threads=cfg.arch == "istb")

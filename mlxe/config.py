@@ -32,6 +32,9 @@ _Loader.add_implicit_resolver(
 )
 
 
+ON_POLICY = ("ppo", "a2c", "pg")  # the algorithms that learn from vectorized rollouts
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the key, the value and what is allowed."""
 
@@ -76,7 +79,7 @@ class ExplorationConfig:
 
 @dataclass
 class AlgoConfig:
-    name: Literal["a3c", "ppo"] = "a3c"
+    name: Literal["a3c", "ppo", "a2c", "pg"] = "a3c"
     gamma: float = 0.99  # constant discount (also the bootstrap discount of cut episodes)
     lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
     lr_decay: float = 0.998
@@ -103,16 +106,22 @@ class PriorityConfig:
 
 
 @dataclass
-class PPOConfig:
-    """Batch PPO (``algo.name: ppo``): executors x envs_per_executor x rollout_steps per iteration."""
+class RolloutConfig:
+    """The on-policy algorithms (ppo, a2c, pg): executors x envs_per_executor x steps per iteration."""
 
-    rollout_steps: int = 32  # T steps per environment per iteration
+    steps: int = 32  # T steps per environment per iteration (A2C: t_max, the n of its n-step returns)
+    gae_lambda: float = 0.95  # GAE lambda; 1.0 gives n-step returns bounded by the rollout
+    anneal_lr: bool = True  # linearly to 0 over stop.max_env_steps
+
+
+@dataclass
+class PPOConfig:
+    """Batch PPO (``algo.name: ppo``)."""
+
     epochs: int = 10  # K passes over the batch, in minibatches of algo.batch_size
     clip: float = 0.2  # surrogate clip range
     clip_value: float | None = None  # value clipping around the old values (None: off)
-    gae_lambda: float = 0.95
     normalize_advantages: bool = True
-    anneal_lr: bool = True  # linearly to 0 over stop.max_env_steps
     anneal_clip: bool = False
 
 
@@ -172,6 +181,7 @@ class Config:
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
 
     def num_executors(self) -> int:
@@ -274,7 +284,7 @@ def _check_ranges(cfg: Config) -> None:
         "env.max_episode_steps": cfg.env.max_episode_steps,
         "algo.batch_size": cfg.algo.batch_size,
         "envs_per_executor": cfg.envs_per_executor,
-        "ppo.rollout_steps": cfg.ppo.rollout_steps,
+        "rollout.steps": cfg.rollout.steps,
         "ppo.epochs": cfg.ppo.epochs,
         "algo.lr": cfg.algo.lr,
         "memory.capacity_per_executor": cfg.memory.capacity_per_executor,
@@ -297,8 +307,10 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
-    if cfg.algo.name == "ppo" and cfg.arch not in ("is", "istb"):
-        raise ConfigError(f"arch: {cfg.arch!r} is not allowed with algo.name 'ppo' yet; expected 'is' or 'istb'")
+    if cfg.algo.name in ON_POLICY and cfg.arch not in ("is", "istb"):
+        raise ConfigError(
+            f"arch: {cfg.arch!r} is not allowed with algo.name {cfg.algo.name!r} yet; expected 'is' or 'istb'"
+        )
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(
             f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"

@@ -52,6 +52,11 @@ class PPOActor:
         return self.net.value(obs)
 
 
+def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
+    """PPO's training batch from a raw rollout: GAE(gamma, lambda) advantages and value targets."""
+    return rollout_targets(rollout, cfg.algo.gamma, cfg.rollout.gae_lambda)
+
+
 def rollout_targets(rollout: dict[str, np.ndarray], gamma: float, lam: float) -> dict[str, np.ndarray]:
     """Flatten a [T, E] rollout into a training batch [T*E] with GAE advantages and value targets.
 
@@ -100,16 +105,22 @@ class PPOLearner:
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
         self.main = build_torch(spec)
-        self.optimizer = torch.optim.Adam(self.main.parameters(), lr=cfg.algo.lr, eps=1e-5, foreach=True)
+        self.optimizer = self.make_optimizer()
         self.rng = np.random.default_rng(seed)
         self.updates = 0
+        self.epochs = cfg.ppo.epochs  # passes over each batch
+        self.minibatch: int | None = cfg.algo.batch_size  # None: the whole batch at once
+
+    def make_optimizer(self):
+        import torch
+
+        return torch.optim.Adam(self.main.parameters(), lr=self.cfg.algo.lr, eps=1e-5, foreach=True)
 
     def schedule(self, progress: float) -> tuple[float, float]:
         """(lr, clip range) at ``progress`` in [0, 1] of the step budget (linear annealing if enabled)."""
-        p = self.cfg.ppo
         remaining = max(0.0, 1.0 - progress)
-        lr = self.cfg.algo.lr * (remaining if p.anneal_lr else 1.0)
-        clip = p.clip * (remaining if p.anneal_clip else 1.0)
+        lr = self.cfg.algo.lr * (remaining if self.cfg.rollout.anneal_lr else 1.0)
+        clip = self.cfg.ppo.clip * (remaining if self.cfg.ppo.anneal_clip else 1.0)
         return lr, clip
 
     def loss(self, mb: dict, clip: float):
@@ -148,10 +159,10 @@ class PPOLearner:
             group["lr"] = lr
         data = {k: torch.as_tensor(v) for k, v in batch.items()}
         n = len(batch["action"])
-        size = min(self.cfg.algo.batch_size, n)
+        size = n if self.minibatch is None else min(self.minibatch, n)
         max_norm = self.cfg.algo.max_grad_norm if self.cfg.algo.max_grad_norm is not None else float("inf")
         stats = []
-        for _ in range(self.cfg.ppo.epochs):
+        for _ in range(self.epochs):
             order = self.rng.permutation(n)
             for start in range(0, n - size + 1, size):
                 idx = torch.as_tensor(order[start : start + size])
@@ -181,3 +192,6 @@ class PPOLearner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
+
+
+Learner = PPOLearner

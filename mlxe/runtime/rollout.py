@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.ppo import PPOActor, rollout_targets
+from mlxe.algos import on_policy
+from mlxe.algos.ppo import PPOActor
 from mlxe.envs.vector import CartPoleVec
 from mlxe.runtime.executor import Episode, env_dims, make_env_from_config, net_spec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -63,6 +64,7 @@ class RolloutExecutor:
         self.local = np.zeros(self.spec.num_params(), np.float32)
         self.version = -1
         self.actor = PPOActor(self.spec, self.local)
+        self.algo = on_policy(cfg.algo.name)
         self.rng = np.random.default_rng(seed)
         self.obs = self.env.reset()
         self.ep_length = np.zeros(self.env.num_envs, np.int64)
@@ -71,12 +73,12 @@ class RolloutExecutor:
     def rollout(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
         """A flat training batch [T*E] with GAE targets, and the episodes that ended meanwhile."""
         raw, episodes = self.collect()
-        return rollout_targets(raw, self.cfg.algo.gamma, self.cfg.ppo.gae_lambda), episodes
+        return self.algo.targets(raw, self.cfg), episodes
 
     def collect(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
         """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended."""
         self.version = self.weights.read_into(self.local, self.version)
-        T, E, d = self.cfg.ppo.rollout_steps, self.env.num_envs, self.env.obs_dim
+        T, E, d = self.cfg.rollout.steps, self.env.num_envs, self.env.obs_dim
         r = {
             "obs": np.zeros((T, E, d), np.float32),
             "action": np.zeros((T, E), np.int64),

@@ -61,3 +61,35 @@ def test_sampling_frequencies_follow_the_softmax():
     actions, logp = sample_categorical(logits, np.random.default_rng(0))
     assert actions.mean() == pytest.approx(0.75, abs=0.01)
     np.testing.assert_allclose(logp[actions == 1], np.log(0.75), rtol=1e-6)
+
+
+def test_a2c_loss_against_hand_computation():
+    from mlxe.algos.a2c import A2CLearner
+
+    learner = A2CLearner(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5"), SPEC, seed=0)
+    b = batch(learner, n=8)
+    mb = {k: torch.as_tensor(v) for k, v in b.items()}
+    loss, _ = learner.loss(mb, clip=0.0)
+    logits, value = learner.main(mb["obs"])
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all[torch.arange(8), mb["action"]]
+    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    expected = -(logp * mb["advantage"]).mean() + 0.5 * ((value - mb["ret"]) ** 2).mean() - 0.1 * entropy
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert learner.epochs == 1 and learner.minibatch is None
+    assert isinstance(learner.optimizer, torch.optim.RMSprop)
+
+
+def test_pg_targets_are_normalized_discounted_returns_cut_at_episode_ends():
+    from mlxe.algos.pg import targets
+
+    T = 4
+    r = {"obs": np.zeros((T, 1, 4), np.float32), "action": np.zeros((T, 1), np.int64), "logp": np.zeros((T, 1)),
+         "value": np.full((T, 1), 9.0), "next_value": np.full((T, 1), 9.0),  # ignored: no critic
+         "reward": np.ones((T, 1)), "terminated": np.array([[0], [1], [0], [0]], bool),
+         "truncated": np.zeros((T, 1), bool)}
+    out = targets(r, cfg("algo.gamma=0.5"))
+    # returns: [1 + .5*1, 1 (episode end), 1 + .5*1, 1 (rollout end, no bootstrap)] = [1.5, 1, 1.5, 1]
+    np.testing.assert_allclose(out["ret"], [1.5, 1.0, 1.5, 1.0], rtol=1e-6)
+    g = np.array([1.5, 1.0, 1.5, 1.0])
+    np.testing.assert_allclose(out["advantage"], (g - g.mean()) / g.std(), rtol=1e-5)

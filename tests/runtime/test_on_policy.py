@@ -28,7 +28,7 @@ def executor(cfg):
 def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
     from mlxe.envs.vector import CartPoleVec
 
-    cfg = ppo_config(tmp_path, "env.max_episode_steps=5", "envs_per_executor=3", "ppo.rollout_steps=12")
+    cfg = ppo_config(tmp_path, "env.max_episode_steps=5", "envs_per_executor=3", "rollout.steps=12")
     ex = executor(cfg)
     raw, episodes = ex.collect()
     t, e = next((t, e) for t, e in np.argwhere(raw["truncated"]) if t < len(raw["truncated"]) - 1)
@@ -43,7 +43,7 @@ def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
 
 
 def test_rollout_counts_episodes_across_rollouts(tmp_path):
-    cfg = ppo_config(tmp_path, "env.max_episode_steps=7", "envs_per_executor=2", "ppo.rollout_steps=5")
+    cfg = ppo_config(tmp_path, "env.max_episode_steps=7", "envs_per_executor=2", "rollout.steps=5")
     ex = executor(cfg)
     lengths = [e.length for _ in range(6) for e in ex.rollout()[1]]
     # 2 envs x 30 steps: finished episodes plus the ones in progress account for every step
@@ -74,3 +74,13 @@ def test_ppo_solves_cartpole(tmp_path):
 def test_continuous_env_is_a_clear_error_for_now(tmp_path):
     with pytest.raises(ValueError, match=r"need a Discrete action space, got Box"):
         mlxe.train(ppo_config(tmp_path, "env.id=Pendulum-v1", "stop.max_env_steps=256"))
+
+
+@pytest.mark.parametrize("algo, threshold", [("a2c", 475), ("pg", 195)])
+def test_a2c_and_pg_solve_cartpole(tmp_path, algo, threshold):
+    """The greedy mean return over 20 episodes reaches the threshold within the config's step budget."""
+    cfg = load_config(f"configs/cartpole_{algo}.yaml", [f"run.dir={tmp_path}", "run.progress=false",
+                      "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork", "seed=0"])
+    s = mlxe.train(cfg).summary
+    assert s["stop_reason"] == "eval_return", s
+    assert cfg.stop.eval_return == threshold

@@ -1,6 +1,6 @@
 """The iterative-synchronous schedule of the on-policy algorithms (IS: processes, ISTB: threads).
 
-Each iteration every Executor plays ``ppo.rollout_steps`` steps in each of its environments with the
+Each iteration every Executor plays ``rollout.steps`` steps in each of its environments with the
 newest weights; the coordinating process (the Learner) concatenates the N x E x T batch, runs its
 epochs of updates and publishes the new weights.
 """
@@ -26,14 +26,14 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool) -> str:
     """Train until a stop condition; returns the stop reason."""
     import torch
 
-    from mlxe.algos.ppo import PPOLearner
+    from mlxe.algos import on_policy
 
     torch.set_num_threads(cfg.torch_threads)
     probe = make_vector_env(cfg, 1, 0)
     spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
     n = cfg.num_executors()
     seeds = Seeds.derive(cfg.seed, n)
-    learner = PPOLearner(cfg, spec, seeds.learner)
+    learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
     restored = trainer.restored
     if restored is not None:
         learner.load_state_dict(restored["learner"])

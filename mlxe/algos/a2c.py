@@ -1,0 +1,51 @@
+"""A2C / synchronous A3C with GAE (RELAAX's DA3C, seed 001), on vectorized rollouts.
+
+Reads top to bottom: hyper-parameters -> targets -> loss -> update. Acting is PPO's (softmax
+sampling of one batched forward pass per step).
+
+* Targets: GAE(gamma, lambda) over each T-step rollout (``rollout.gae_lambda``; 1.0 gives the
+  classic n-step returns bounded by t_max = ``rollout.steps``, bootstrapped at the rollout end).
+* Loss: -log pi(a|s) A + value_coef (R - V)^2 - entropy_coef H(pi), over the whole batch.
+* Update: one RMSprop step per rollout (alpha 0.99, eps 1e-5, as Stable-Baselines3's A2C),
+  gradient-norm clipping, lr annealed linearly if ``rollout.anneal_lr``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.algos.ppo import PPOLearner, rollout_targets
+
+
+def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
+    return rollout_targets(rollout, cfg.algo.gamma, cfg.rollout.gae_lambda)
+
+
+class A2CLearner(PPOLearner):
+    """One full-batch actor-critic step per rollout."""
+
+    def __init__(self, cfg, spec, seed: int) -> None:
+        super().__init__(cfg, spec, seed)
+        self.epochs, self.minibatch = 1, None
+
+    def make_optimizer(self):
+        import torch
+
+        return torch.optim.RMSprop(self.main.parameters(), lr=self.cfg.algo.lr, alpha=0.99, eps=1e-5)
+
+    def loss(self, mb: dict, clip: float):
+        import torch
+        import torch.nn.functional as F
+
+        logits, value = self.main(mb["obs"])
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        policy_loss = -(logp * mb["advantage"]).mean()
+        value_loss = F.mse_loss(value, mb["ret"])
+        loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy
+        zero = torch.zeros(())
+        return loss, (value_loss, policy_loss, entropy, zero, zero, torch.ones_like(logp))
+
+
+Learner = A2CLearner

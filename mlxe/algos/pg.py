@@ -1,0 +1,46 @@
+"""Policy gradient (REINFORCE) as in RELAAX's distributed policy gradient (seed 001).
+
+* Targets: discounted returns G_t = r_t + gamma G_{t+1} within each rollout, cut at episode ends
+  and at the rollout end (no critic, no bootstrap), normalized over the batch.
+* Loss: -log pi(a|s) G - entropy_coef H(pi).
+* Update: one Adam step per rollout batch (RELAAX's CartPole: hidden [10], batch 200, lr 0.01).
+The value head is kept (the network is shared with the other algorithms) but not trained.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.algos.ppo import PPOLearner, rollout_targets
+
+
+def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
+    """Returns without a baseline: GAE with lambda 1 over zero values is the discounted return."""
+    zeros = np.zeros_like(rollout["value"])
+    batch = rollout_targets(dict(rollout, value=zeros, next_value=zeros), cfg.algo.gamma, 1.0)
+    g = batch["ret"]
+    batch["advantage"] = ((g - g.mean()) / (g.std() + 1e-8)).astype(np.float32)
+    return batch
+
+
+class PGLearner(PPOLearner):
+    """One full-batch REINFORCE step per rollout."""
+
+    def __init__(self, cfg, spec, seed: int) -> None:
+        super().__init__(cfg, spec, seed)
+        self.epochs, self.minibatch = 1, None
+
+    def loss(self, mb: dict, clip: float):
+        import torch
+        import torch.nn.functional as F
+
+        logits, _ = self.main(mb["obs"])
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        policy_loss = -(logp * mb["advantage"]).mean()
+        zero = torch.zeros(())
+        return policy_loss - self.cfg.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero, torch.ones_like(logp))
+
+
+Learner = PGLearner
