@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlxe.algos.distributions import categorical
 from mlxe.algos.ppo import PPOLearner, rollout_targets
 
 
@@ -38,9 +39,8 @@ class A2CLearner(PPOLearner):
         import torch.nn.functional as F
 
         logits, value = self.main(mb["obs"])
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        logp, entropy = categorical(logits, mb["action"])
+        entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         value_loss = F.mse_loss(value, mb["ret"])
         loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy

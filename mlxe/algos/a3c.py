@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import discounted_returns
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import softmax
@@ -139,14 +140,11 @@ class A3CLearner:
         ``weight`` [B] (prioritized-replay importance weights) and, with V-trace, ``vs``/``pg_adv`` [B].
         Returns (loss, (value loss, policy loss, entropy))."""
         import torch
-        import torch.nn.functional as F
 
         obs = torch.as_tensor(batch["obs"])
         action = torch.as_tensor(batch["action"])
         logits, value = self.main(obs)
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, action[:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        logp, entropy = categorical(logits, action)
         if self.cfg.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
             target = torch.as_tensor(batch["vs"])
             advantage = torch.as_tensor(batch["pg_adv"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlxe.algos.distributions import categorical
 from mlxe.algos.ppo import PPOLearner, rollout_targets
 
 
@@ -32,12 +33,10 @@ class PGLearner(PPOLearner):
 
     def loss(self, mb: dict, clip: float):
         import torch
-        import torch.nn.functional as F
 
         logits, _ = self.main(mb["obs"])
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        logp, entropy = categorical(logits, mb["action"])
+        entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         zero = torch.zeros(())
         return policy_loss - self.cfg.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero, torch.ones_like(logp))

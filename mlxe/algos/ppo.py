@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import gae
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
@@ -130,9 +131,8 @@ class PPOLearner:
 
         p = self.cfg.ppo
         logits, value = self.main(mb["obs"])
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, mb["action"][:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        logp, entropy = categorical(logits, mb["action"])
+        entropy = entropy.mean()
         adv = mb["advantage"]
         if p.normalize_advantages and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
