@@ -27,19 +27,6 @@ from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import softmax
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
-# Fields of one stored step; shapes per step (obs_dim = d).
-STEP_FIELDS = {
-    "obs": "float32[d]",
-    "action": "int64",
-    "reward": "float32",
-    "next_obs": "float32[d]",
-    "done": "float32",  # 1 on a failure (terminal) step
-    "discount": "float32",  # discount applied to the next step's return
-    "ret": "float32",  # discounted return G (the value target)
-    "logp": "float32",  # log pi_behaviour(a|s), for importance corrections
-    "last": "float32",  # 1 on the last stored step of an episode (V-trace segments)
-}
-
 
 def episode_targets(
     rewards: np.ndarray,
@@ -136,7 +123,7 @@ class A3CLearner:
 
     # -- loss ----------------------------------------------------------------------------------
     def loss(self, batch: dict[str, np.ndarray]):
-        """``batch``: obs [B, d], action [B], ret [B] and the other STEP_FIELDS; optionally
+        """``batch``: obs [B, d], action [B], ret [B] and the other stored fields (``mlxe.memory.replay.step_layout``); optionally
         ``weight`` [B] (prioritized-replay importance weights) and, with V-trace, ``vs``/``pg_adv`` [B].
         Returns (loss, (value loss, policy loss, entropy))."""
         import torch

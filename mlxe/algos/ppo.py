@@ -21,13 +21,13 @@ import numpy as np
 
 from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import gae
+from mlxe.exploration import log_softmax
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Actions [B] ~ softmax(logits [B, A]) and their log-probabilities [B] (Gumbel-max, vectorized)."""
-    z = logits - logits.max(axis=1, keepdims=True)
-    logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    logp_all = log_softmax(logits)
     actions = np.argmax(logp_all - np.log(-np.log(rng.random(logits.shape))), axis=1)
     return actions, logp_all[np.arange(len(actions)), actions]
 
@@ -43,9 +43,7 @@ class PPOActor:
         logits, values = self.net(obs)
         if self.greedy:
             actions = np.argmax(logits, axis=1)
-            z = logits - logits.max(axis=1, keepdims=True)
-            logp = (z - np.log(np.exp(z).sum(axis=1, keepdims=True)))[np.arange(len(actions)), actions]
-            return actions, logp, values
+            return actions, log_softmax(logits)[np.arange(len(actions)), actions], values
         actions, logp = sample_categorical(logits, rng)
         return actions, logp, values
 

@@ -10,17 +10,17 @@ import numpy as np
 
 
 def step_layout(obs_dim: int) -> dict[str, tuple[tuple[int, ...], type]]:
-    """Field name -> (per-row shape, dtype) of one stored step (see ``mlxe.algos.a3c.STEP_FIELDS``)."""
+    """Field name -> (per-row shape, dtype) of one stored step."""
     return {
         "obs": ((obs_dim,), np.float32),
         "action": ((), np.int64),
         "reward": ((), np.float32),
         "next_obs": ((obs_dim,), np.float32),
-        "done": ((), np.float32),
-        "discount": ((), np.float32),
-        "ret": ((), np.float32),
-        "logp": ((), np.float32),
-        "last": ((), np.float32),
+        "done": ((), np.float32),  # 1 on a failure (terminal) step
+        "discount": ((), np.float32),  # discount applied to the next step's return
+        "ret": ((), np.float32),  # the value target: discounted return G (or the n-step target)
+        "logp": ((), np.float32),  # log pi_behaviour(a|s), for importance corrections
+        "last": ((), np.float32),  # 1 on the last stored step of an episode (V-trace segments)
     }
 
 

@@ -11,15 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.returns import td_errors, vtrace
+from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 from mlxe.runtime.executor import Episode
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
 class Memorizer:

@@ -84,3 +84,21 @@ def test_a2c_and_pg_solve_cartpole(tmp_path, algo, threshold):
     s = mlxe.train(cfg).summary
     assert s["stop_reason"] == "eval_return", s
     assert cfg.stop.eval_return == threshold
+
+
+def test_gymnasium_vector_env_keeps_final_observations(tmp_path):
+    from mlxe.runtime.rollout import GymVec
+
+    # TinyEnv observes its step count and terminates after 3 steps
+    cfg = ppo_config(tmp_path, "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 3}")
+    vec = make_vector_env(cfg, 2, seed=0)
+    assert isinstance(vec, GymVec) and vec.obs_dim == 1 and vec.n_actions == 2
+    np.testing.assert_array_equal(vec.reset(), [[0.0], [0.0]])
+    for t in (1, 2):
+        obs, reward, terminated, truncated, final = vec.step(np.array([0, 1]))
+        np.testing.assert_array_equal(obs, [[t], [t]])
+        np.testing.assert_array_equal(final, obs)  # nothing ended: final_obs == obs
+    obs, reward, terminated, truncated, final = vec.step(np.array([0, 1]))
+    assert terminated.all() and not truncated.any()
+    np.testing.assert_array_equal(final, [[3.0], [3.0]])  # the observation the episode ended in
+    np.testing.assert_array_equal(obs, [[0.0], [0.0]])  # already the next episode's start
