@@ -66,6 +66,11 @@ class ModelConfig:
     value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     activation: Literal["relu", "tanh", "elu"] = "relu"
     noisy_policy: bool = False  # factorized-Gaussian NoisyNet layers in the policy head
+    # Continuous (Box) actions: a Gaussian policy, mean = center + scale * tanh(head output), with
+    # center and scale from the action bounds; std = exp(a learned state-independent log-std vector)
+    # or softplus(a second head output) per state. Sampled actions are clipped to the bounds.
+    std: Literal["state_independent", "softplus"] = "state_independent"
+    log_std_init: float = 0.0  # initial log-std (softplus: initial std = exp(this))
 
 
 @dataclass
@@ -126,6 +131,16 @@ class PPOConfig:
 
 
 @dataclass
+class FilterConfig:
+    """Running mean/std normalization in the Executors (on-policy algorithms), Welford statistics merged
+    across Executors every iteration, saved in checkpoints and applied in evaluation."""
+
+    obs: bool = False  # observations: (o - mean) / std, clipped to +-clip
+    reward: bool = False  # rewards: r / std(discounted return), clipped to +-clip
+    clip: float = 5.0
+
+
+@dataclass
 class MemoryConfig:
     capacity_per_executor: int = 1024  # ring buffer rows = this x executors
     keep_last_steps: int = 256  # only the last steps of each episode are stored
@@ -183,6 +198,7 @@ class Config:
     online: OnlineConfig = field(default_factory=OnlineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    filters: FilterConfig = field(default_factory=FilterConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
@@ -293,6 +309,7 @@ def _check_ranges(cfg: Config) -> None:
         "stop.eval_episodes": cfg.stop.eval_episodes,
         "run.checkpoint_every": cfg.run.checkpoint_every,
         "run.window": cfg.run.window,
+        "filters.clip": cfg.filters.clip,
     }
     for key, value in positive.items():
         if value is not None and value <= 0:
