@@ -31,10 +31,14 @@ ITERATIVE = {
 
 
 def _run(cfg: Config, trainer) -> str:
+    if cfg.backend == "ray":  # imported only here: a local run never loads Ray
+        from mlxe.runtime.ray.run import run_ray
+
+        return run_ray(cfg, trainer)
     if cfg.algo.name in ON_POLICY:
         from mlxe.runtime.architectures.on_policy import run_on_policy
 
-        return run_on_policy(cfg, trainer, threads=cfg.arch == "istb")
+        return run_on_policy(cfg, trainer, threads=cfg.arch == "istb", asynchronous=cfg.arch == "oa")
     if cfg.arch == "oa":
         from mlxe.runtime.architectures.online import run_online
 
@@ -121,6 +125,12 @@ def evaluate(
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
     state = load_checkpoint(source)
-    model = build_torch(problem_spec(config))
+    spec = problem_spec(config)
+    model = build_torch(spec)
     model.load_state_dict(state["learner"]["main"])  # every learner keeps its trained model as "main"
-    return evaluate_weights(config, flat_weights(model), episodes, config.seed if seed is None else seed)
+    seed = config.seed if seed is None else seed
+    if config.algo.name in ON_POLICY:
+        from mlxe.runtime.evaluation import evaluate_vectorized
+
+        return evaluate_vectorized(config, spec, flat_weights(model), episodes, seed)
+    return evaluate_weights(config, flat_weights(model), episodes, seed)

@@ -51,6 +51,16 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
+def _status(args: argparse.Namespace) -> int:
+    from mlxe.runtime.ray.stats import print_status
+
+    return print_status(args.run_dir)
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.bench == "architectures":
         from mlxe.bench.architectures import bench_architectures
@@ -62,6 +72,29 @@ def _bench(args: argparse.Namespace) -> int:
         from mlxe.bench.priorities import bench_priorities
 
         out = bench_priorities(args.config, repeats=args.repeats, overrides=args.overrides, out_dir=args.out)
+    elif args.bench == "scaling":
+        from mlxe.bench.scaling import bench_scaling
+
+        out = bench_scaling(
+            args.config, executors=_ints(args.executors), seeds=args.seeds, episodes=args.episodes,
+            goal_seeds=args.goal_seeds, goal_wall_seconds=args.goal_wall_seconds, overrides=args.overrides,
+            out_dir=args.out,
+        )
+    elif args.bench == "solve":
+        from mlxe.bench.solve import bench_solve
+
+        out = bench_solve(
+            args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
+            overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
+        )
+    elif args.bench == "throughput":
+        from mlxe.bench.throughput import bench_throughput
+
+        out = bench_throughput(
+            args.config, executors=_ints(args.executors), envs=_ints(args.envs), archs=args.archs.split(","),
+            acting_envs=_ints(args.acting_envs), steps=args.steps, sb3_python=args.sb3_python,
+            overrides=args.overrides, out_dir=args.out,
+        )
     else:
         from mlxe.bench.ablations import bench_ablations
 
@@ -94,12 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_eval)
 
+    p = sub.add_parser("status", help="the run-wide statistics of a (running) Ray run: status.json as a table")
+    p.add_argument("run_dir", help="run directory")
+    p.set_defaults(func=_status)
+
     p = sub.add_parser("bench", help="built-in benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)
 
-    def bench_parser(name: str, help: str) -> argparse.ArgumentParser:
+    def bench_parser(
+        name: str, help: str, config: str | None = "configs/cartpole_a3c.yaml", positionals: dict | None = None
+    ) -> argparse.ArgumentParser:
         b = bench.add_parser(name, help=help)
-        b.add_argument("--config", default="configs/cartpole_a3c.yaml")
+        for arg, arg_help in (positionals or {}).items():
+            b.add_argument(arg, help=arg_help)
+        b.add_argument("--config", default=config)
         b.add_argument("--out", default=None, help=f"output directory (default runs/bench-{name}-<time>)")
         b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
         b.set_defaults(func=_bench)
@@ -113,6 +154,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")
     b = bench_parser("priorities", "time of re-weighting a full prioritized buffer vs one update")
     b.add_argument("--repeats", type=int, default=50)
+    b = bench_parser("scaling", "whole-loop throughput vs executors: local processes vs Ray vs a simulated 2-node cluster")
+    b.add_argument("--executors", default="1,2,4", help="comma-separated Executor counts")
+    b.add_argument("--seeds", type=int, default=1)
+    b.add_argument("--episodes", type=int, default=60, help="episodes of each throughput run")
+    b.add_argument("--goal-seeds", type=int, default=0, help="also run this many seeds to the goal on the cluster")
+    b.add_argument("--goal-wall-seconds", type=float, default=180.0)
+    sb3_help = "a Python with stable-baselines3 and rl-zoo3: also run Stable-Baselines3 side by side"
+    b = bench_parser(
+        "solve", "wall time and env steps to a greedy solve (CartPole-v1 475, Pendulum-v1 -200)", None,
+        {"env": "CartPole-v1 or Pendulum-v1", "algo": "ppo, a2c or pg"},
+    )
+    b.add_argument("--seeds", type=int, default=5)
+    b.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of each run")
+    b.add_argument("--sb3-python", default=None, help=sb3_help)
+    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo.yaml")
+    b.add_argument("--executors", default="1,2,4", help="comma-separated Executor counts")
+    b.add_argument("--envs", default="8", help="comma-separated environments per Executor")
+    b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
+    b.add_argument("--acting-envs", default="8,64,256,1024", help="batch sizes of the acting-only measurement")
+    b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
+    b.add_argument("--sb3-python", default=None, help=sb3_help)
     return parser
 
 

@@ -181,10 +181,46 @@ class RunConfig:
 
 
 @dataclass
+class RayConfig:
+    """The Ray backend (``backend: ray``): where the cluster is, where Executors go, which schedule.
+
+    The Learner and Memorizer stay in the driver process (the machine that runs ``mlxe train`` and
+    holds the run directory); Executors are Ray actors that get the weights from the object store.
+    """
+
+    address: str | None = None  # null: start a local Ray; "auto": the cluster this machine joined; "host:port"
+    connect_timeout: float = 15.0  # seconds to reach ray.address, and to place the Executors, before failing
+    mode: Literal["sync", "async_experience", "async_gradients"] = "sync"
+    placement: Literal["pack", "spread"] = "pack"  # placement-group strategy of the Executor actors
+    executors_per_node: int | None = None  # k: k Executors on every alive node (replaces `executors`)
+    num_cpus: float = 1.0  # CPUs reserved per Executor actor
+    max_restarts: int = 3  # per Executor: a dead actor is replaced this many times, then the run fails
+    promote_best: bool = False  # the global weights adopt those that played a new best-return episode (seed 002)
+    # sync (MARO): wait for min_finished_workers results (null: all), then up to max_extra_recv_tries
+    # more, each within extra_recv_timeout seconds; results of older weights are dropped (counted).
+    min_finished_workers: int | None = None
+    max_extra_recv_tries: int = 0
+    extra_recv_timeout: float = 0.5
+    # async_experience: episodes played with weights more than max_lag versions old are rejected;
+    # async_gradients with combine=average: so are gradients.
+    max_lag: int = 4
+    # async_gradients (parameter server): how submitted gradients become updates. fifo: each as it
+    # comes; average: the mean of num_gradients; dc: delay-compensated g + dc_lambda g*g*(w_now - w_then)
+    # with w_then from the last dc_history versions (DC-ASGD).
+    combine: Literal["fifo", "average", "dc"] = "dc"
+    num_gradients: int = 4
+    dc_lambda: float = 0.05
+    dc_history: int = 20
+    hogwild: bool = False  # Executors act on with the weights they hold while a newer pull is in flight
+    status_every: float = 1.0  # seconds between rewrites of the run directory's status.json
+
+
+@dataclass
 class Config:
     name: str = "run"
     seed: int = 0
     arch: Literal["istb", "is", "ia", "oa"] = "is"
+    backend: Literal["local", "ray"] = "local"  # ray: Executors are Ray actors, scheduled by ray.mode
     executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
     envs_per_executor: int = 1  # on-policy algorithms: environments each Executor steps in one batch
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
@@ -199,6 +235,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
@@ -324,9 +361,10 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
-    if cfg.algo.name in ON_POLICY and cfg.arch not in ("is", "istb"):
+    if cfg.algo.name in ON_POLICY and cfg.arch == "ia":
         raise ConfigError(
-            f"arch: {cfg.arch!r} is not allowed with algo.name {cfg.algo.name!r} yet; expected 'is' or 'istb'"
+            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (rollouts have no episodes to pause); "
+            "expected 'istb', 'is' or 'oa'"
         )
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(
@@ -338,11 +376,45 @@ def _check_ranges(cfg: Config) -> None:
         raise ConfigError(
             f"algo.promote_best_every: {cfg.algo.promote_best_every!r} is not allowed; expected null or an integer >= 1"
         )
+    if cfg.backend == "ray":
+        _check_ray(cfg)
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
         raise ConfigError(
             f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "
             f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
         )
+
+
+def _check_ray(cfg: Config) -> None:
+    """The Ray backend's combinations and ranges (checked only with ``backend: ray``)."""
+    r = cfg.ray
+    if cfg.algo.name != "a3c":
+        raise ConfigError(f"algo.name: {cfg.algo.name!r} is not allowed with backend 'ray' yet; expected 'a3c'")
+    if cfg.arch != "is":
+        raise ConfigError(
+            f"arch: {cfg.arch!r} is not allowed with backend 'ray'; expected 'is' (ray.mode chooses the schedule)"
+        )
+    if r.mode == "async_gradients" and cfg.algo.promote_best_every is not None:
+        raise ConfigError(
+            "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
+            "use ray.promote_best"
+        )
+    for key in ("num_cpus", "connect_timeout", "extra_recv_timeout", "status_every"):
+        if getattr(r, key) <= 0:
+            raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value > 0")
+    for key in ("max_restarts", "max_extra_recv_tries", "max_lag", "dc_lambda"):
+        if getattr(r, key) < 0:
+            raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value >= 0")
+    for key in ("num_gradients", "dc_history", "executors_per_node", "min_finished_workers"):
+        value = getattr(r, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"ray.{key}: {value!r} is not allowed; expected an integer >= 1")
+    if r.min_finished_workers is not None and isinstance(cfg.executors, int) and r.executors_per_node is None:
+        if r.min_finished_workers > cfg.executors:
+            raise ConfigError(
+                f"ray.min_finished_workers: {r.min_finished_workers} is not allowed; "
+                f"expected <= executors ({cfg.executors})"
+            )
 
 
 def from_dict(data: dict) -> Config:

@@ -51,3 +51,8 @@ def test_summary_wall_time_excludes_the_final_evaluation(tmp_path, capsys):
     metrics_wall = float((run_dir / "metrics.csv").read_text().splitlines()[-1].split(",")[4])
     assert summary["evaluation"]["mean_length"] == 15000  # ~1-2 s of evaluation...
     assert summary["wall_s"] - metrics_wall < 0.5  # ...not counted as training time
+
+
+def test_status_of_a_directory_without_status_json_is_a_clear_error(tmp_path, capsys):
+    assert main(["status", str(tmp_path)]) == 2
+    assert f"no status.json in {tmp_path}" in capsys.readouterr().err

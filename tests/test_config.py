@@ -427,3 +427,47 @@ def test_quoted_float_like_string_stays_string(tmp_path):
 
 def test_quoted_float_like_override_stays_string():
     assert load_config(overrides=['name="1.0"']).name == "1.0"
+
+
+def test_on_policy_algorithms_run_in_istb_is_and_oa_but_not_ia():
+    for arch in ("istb", "is", "oa"):
+        assert load_config(overrides=["algo.name=ppo", f"arch={arch}"]).arch == arch
+    with pytest.raises(ConfigError, match="arch: 'ia' is not allowed with algo.name 'ppo'"):
+        load_config(overrides=["algo.name=ppo", "arch=ia"])
+
+
+# --------------------------------------------------------------------------- the Ray backend
+
+
+def test_ray_section_defaults_and_overrides():
+    cfg = load_config(None, ["backend=ray", "ray.address=10.0.0.5:6379", "ray.mode=async_gradients", "ray.combine=average"])
+    assert cfg.backend == "ray" and cfg.ray.address == "10.0.0.5:6379"
+    assert cfg.ray.mode == "async_gradients" and cfg.ray.combine == "average" and cfg.ray.num_gradients == 4
+    assert load_config(None).backend == "local" and load_config(None).ray.address is None
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["ray.mode=hogwild"], r"ray\.mode: 'hogwild' is not allowed; expected one of 'sync'"),
+        (["ray.placement=scatter"], r"ray\.placement"),
+        (["ray.combine=median"], r"ray\.combine"),
+        (["ray.num_cpus=0"], r"ray\.num_cpus: 0\.0 is not allowed; expected a value > 0"),
+        (["ray.max_lag=-1"], r"ray\.max_lag: -1 is not allowed"),
+        (["ray.dc_lambda=-0.1"], r"ray\.dc_lambda"),
+        (["ray.num_gradients=0"], r"ray\.num_gradients: 0 is not allowed"),
+        (["ray.executors_per_node=0"], r"ray\.executors_per_node"),
+        (["executors=2", "ray.min_finished_workers=3"], r"ray\.min_finished_workers: 3 is not allowed; expected <= executors \(2\)"),
+        (["arch=oa"], r"arch: 'oa' is not allowed with backend 'ray'"),
+        (["algo.name=ppo"], r"algo\.name: 'ppo' is not allowed with backend 'ray'"),
+        (["ray.mode=async_gradients", "algo.promote_best_every=5"], r"algo\.promote_best_every.*ray\.promote_best"),
+    ],
+)
+def test_ray_settings_out_of_range_are_named(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, ["backend=ray", *overrides])
+
+
+def test_ray_checks_apply_only_to_the_ray_backend():
+    cfg = load_config(None, ["arch=oa", "ray.num_cpus=0"])
+    assert cfg.backend == "local"

@@ -1,7 +1,7 @@
 """A2C / synchronous A3C with GAE (RELAAX's DA3C, seed 001), on vectorized rollouts.
 
-Reads top to bottom: hyper-parameters -> targets -> loss -> update. Acting is PPO's (softmax
-sampling of one batched forward pass per step).
+Reads top to bottom: hyper-parameters -> targets -> loss -> update. Acting is PPO's (one batched
+forward pass per step; softmax sampling for Discrete actions, Gaussian for Box ones).
 
 * Targets: GAE(gamma, lambda) over each T-step rollout (``rollout.gae_lambda``; 1.0 gives the
   classic n-step returns bounded by t_max = ``rollout.steps``, bootstrapped at the rollout end).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.distributions import categorical
+from mlxe.algos.distributions import log_prob_entropy
 from mlxe.algos.ppo import PPOLearner, rollout_targets
 
 
@@ -38,8 +38,8 @@ class A2CLearner(PPOLearner):
         import torch
         import torch.nn.functional as F
 
-        logits, value = self.main(mb["obs"])
-        logp, entropy = categorical(logits, mb["action"])
+        policy, value = self.main(mb["obs"])
+        logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         value_loss = F.mse_loss(value, mb["ret"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.distributions import categorical
+from mlxe.algos.distributions import log_prob_entropy
 from mlxe.algos.ppo import PPOLearner, rollout_targets
 
 
@@ -34,8 +34,8 @@ class PGLearner(PPOLearner):
     def loss(self, mb: dict, clip: float):
         import torch
 
-        logits, _ = self.main(mb["obs"])
-        logp, entropy = categorical(logits, mb["action"])
+        policy, _ = self.main(mb["obs"])
+        logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         zero = torch.zeros(())

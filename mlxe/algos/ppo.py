@@ -3,7 +3,9 @@
 Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 
 * Acting (Executors, NumPy): one batched forward pass for all E environments of an Executor;
-  actions sampled from softmax(logits); log pi(a|s) and V(s) kept for the update.
+  Discrete actions sampled from softmax(logits), Box actions a = mean + std * eps, eps ~ N(0, I)
+  (stored raw; the vector env clips them to the bounds); log pi(a|s) and V(s) kept for the update.
+  Greedy acting takes the most likely action or the mean.
 * Targets: GAE(gamma, lambda) per environment over T steps (``mlxe.algos.returns.gae``): a
   terminated step does not bootstrap, a truncated one bootstraps V(final observation).
 * Loss: clipped surrogate -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi/pi_old, value loss
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlxe.algos.distributions import categorical
+from mlxe.algos.distributions import LOG_SQRT_2PI, log_prob_entropy
 from mlxe.algos.returns import gae
 from mlxe.exploration import log_softmax
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
@@ -32,19 +34,30 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np
     return actions, logp_all[np.arange(len(actions)), actions]
 
 
+def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """log N(mean + std * noise | mean, diag(std^2)) [B] of standard-normal ``noise`` and ``std`` [B, A]."""
+    return -(0.5 * np.square(noise) + np.log(std)).sum(axis=1) - noise.shape[1] * np.float32(LOG_SQRT_2PI)
+
+
 class PPOActor:
-    """``act(obs [E, d]) -> (actions [E], logp [E], values [E])`` with the current weights."""
+    """``act(obs [E, d]) -> (actions, logp [E], values [E])`` with the current weights; actions are
+    [E] int64 (Discrete) or the raw Gaussian samples [E, A] float32 (Box)."""
 
     def __init__(self, spec: NetSpec, weights: np.ndarray, greedy: bool = False) -> None:
         self.net = NumpyActorCritic(spec, weights)
         self.greedy = greedy
+        self.continuous = spec.continuous
 
     def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        logits, values = self.net(obs)
+        policy, values = self.net(obs)
+        if self.continuous:
+            mean, std = policy
+            noise = np.zeros_like(mean) if self.greedy else rng.standard_normal(mean.shape, dtype=np.float32)
+            return mean + std * noise, gaussian_log_prob(noise, std), values
         if self.greedy:
-            actions = np.argmax(logits, axis=1)
-            return actions, log_softmax(logits)[np.arange(len(actions)), actions], values
-        actions, logp = sample_categorical(logits, rng)
+            actions = np.argmax(policy, axis=1)
+            return actions, log_softmax(policy)[np.arange(len(actions)), actions], values
+        actions, logp = sample_categorical(policy, rng)
         return actions, logp, values
 
     def value(self, obs: np.ndarray) -> np.ndarray:
@@ -59,17 +72,19 @@ def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
 def rollout_targets(rollout: dict[str, np.ndarray], gamma: float, lam: float) -> dict[str, np.ndarray]:
     """Flatten a [T, E] rollout into a training batch [T*E] with GAE advantages and value targets.
 
-    ``rollout``: obs [T, E, d], action, logp, value, reward, terminated, truncated, next_value [T, E]
-    (``next_value[t]`` = V(s_{t+1}), or V(final observation) where the step was truncated).
+    ``rollout``: obs [T, E, d], action [T, E] int (Discrete) or [T, E, A] float (Box), logp, value,
+    reward, terminated, truncated, next_value [T, E] (``next_value[t]`` = V(s_{t+1}), or V(final
+    observation) where the step was truncated).
     """
     adv, ret = gae(
         rollout["reward"], rollout["value"], rollout["next_value"],
         rollout["terminated"], rollout["truncated"], gamma, lam,
     )
     flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+    action = flat(rollout["action"])
     return {
         "obs": flat(rollout["obs"]).astype(np.float32),
-        "action": flat(rollout["action"]).astype(np.int64),
+        "action": action.astype(np.float32 if action.dtype.kind == "f" else np.int64),
         "logp": flat(rollout["logp"]).astype(np.float32),
         "value": flat(rollout["value"]).astype(np.float32),
         "advantage": flat(adv),
@@ -128,8 +143,8 @@ class PPOLearner:
         import torch.nn.functional as F
 
         p = self.cfg.ppo
-        logits, value = self.main(mb["obs"])
-        logp, entropy = categorical(logits, mb["action"])
+        policy, value = self.main(mb["obs"])
+        logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         adv = mb["advantage"]
         if p.normalize_advantages and len(adv) > 1:

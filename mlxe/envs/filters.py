@@ -61,3 +61,67 @@ class RunningMeanStd:
         self.count = int(state["count"])
         self.mean = np.asarray(state["mean"], np.float64).reshape(self.shape)
         self.m2 = np.asarray(state["m2"], np.float64).reshape(self.shape)
+
+
+class Filters:
+    """A run's observation and reward normalization (``cfg.filters``), as the Executors apply it.
+
+    * Observations: ``(o - mean) / std`` over every observation seen, clipped to +-``clip``.
+    * Rewards: ``r / std(R)`` clipped, where ``R = gamma R + r`` is each environment's running
+      discounted return (reset at episode ends), as Stable-Baselines3's ``VecNormalize`` does:
+      scaling by the return's spread keeps value targets of order 1 whatever the reward scale.
+
+    Statistics are shared run-wide: each Executor normalizes with the global statistics plus what
+    it saw since they were sent (``observe_*`` updates both ``self`` and ``fresh``); the Learner
+    merges every Executor's ``fresh`` part into the global statistics (:meth:`merge`) and sends them
+    out with the next rollout command. Merging is exact (parallel Welford), so the global
+    statistics are those of all the data of all Executors.
+    """
+
+    def __init__(self, cfg, obs_dim: int) -> None:
+        self.obs = RunningMeanStd((obs_dim,)) if cfg.filters.obs else None
+        self.ret = RunningMeanStd(()) if cfg.filters.reward else None
+        self.clip, self.gamma = cfg.filters.clip, cfg.algo.gamma
+
+    @property
+    def enabled(self) -> bool:
+        return self.obs is not None or self.ret is not None
+
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """obs [B, obs_dim] as the policy sees it (unchanged, as float32, without an observation filter)."""
+        return np.asarray(obs, np.float32) if self.obs is None else self.obs.normalize(obs, self.clip)
+
+    def observe_obs(self, obs: np.ndarray, fresh: Filters) -> np.ndarray:
+        """Add obs [B, obs_dim] to the statistics (and to ``fresh``'s); the normalized obs."""
+        if self.obs is not None:
+            self.obs.update(obs)
+            fresh.obs.update(obs)
+        return self.normalize_obs(obs)
+
+    def observe_rewards(self, rewards: np.ndarray, returns: np.ndarray, ended: np.ndarray, fresh: Filters) -> np.ndarray:
+        """rewards [E] -> scaled rewards [E]; ``returns`` [E] (each env's running discounted return,
+        updated in place and zeroed where ``ended``)."""
+        if self.ret is None:
+            return rewards
+        returns *= self.gamma
+        returns += rewards
+        self.ret.update(returns)
+        fresh.ret.update(returns)
+        returns[ended] = 0.0
+        return self.ret.normalize(rewards, self.clip, center=False)
+
+    def merge(self, fresh: dict) -> None:
+        """Fold in an Executor's ``fresh`` statistics (a :meth:`state_dict`)."""
+        for rms, key in ((self.obs, "obs"), (self.ret, "ret")):
+            if rms is not None:
+                part = RunningMeanStd(rms.shape)
+                part.load_state_dict(fresh[key])
+                rms.merge(part)
+
+    def state_dict(self) -> dict:
+        return {key: None if rms is None else rms.state_dict() for key, rms in (("obs", self.obs), ("ret", self.ret))}
+
+    def load_state_dict(self, state: dict) -> None:
+        for rms, key in ((self.obs, "obs"), (self.ret, "ret")):
+            if rms is not None and state.get(key) is not None:
+                rms.load_state_dict(state[key])

@@ -1,5 +1,16 @@
 """Actor-critic MLP: a shared trunk, a policy head and a value head.
 
+The policy head is categorical for Discrete actions (its output is the logits) or a diagonal
+Gaussian for Box actions with bounds [low, high] (``NetSpec.continuous``): with u the head output,
+
+    mean  = center + scale * tanh(u[:A]),   center = (high + low) / 2,  scale = (high - low) / 2
+    std   = exp(log_std)                    (``std="state_independent"``: a learned vector [A])
+    std   = softplus(u[A:]) + MIN_STD       (``std="softplus"``: per state; the head outputs 2A)
+
+The policy starts as about N(center, exp(log_std_init)) in every state: the last policy layer's
+weights are scaled by 0.01 and its biases are 0 (mean outputs) or softplus^-1(exp(log_std_init))
+(softplus std outputs). Sampled actions leave the bounds; the environments clip them.
+
 Two implementations of the same function:
 
 * :class:`ActorCritic`, the torch module the Learner trains;
@@ -9,21 +20,30 @@ Two implementations of the same function:
   It reads the flat weight vector the Learner publishes, so Executors never import torch.
 
 Both agree on one flat parameter layout: ``torch.nn.utils.parameters_to_vector`` order
-(per Linear layer: weight [out, in] row-major, then bias [out]; trunk, policy head, value head).
+(per Linear layer: weight [out, in] row-major, then bias [out]; trunk, policy head, value head,
+then the state-independent log-std [A] where there is one).
+
+Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discrete) or the pair
+(mean [B, A], std [B, A]) (Box): what ``mlxe.algos.distributions.log_prob_entropy`` reads.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from mlxe.models.noisy import NumpyNoisyLinear
 
+MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
+STD_KINDS = ("state_independent", "softplus")
+
 
 @dataclass(frozen=True)
 class NetSpec:
-    """Sizes of an actor-critic MLP. ``obs_dim`` and ``n_actions`` come from the environment."""
+    """Sizes of an actor-critic MLP. ``obs_dim``, ``n_actions`` and the action bounds come from the
+    environment: ``n_actions`` is the number of actions (Discrete) or of action dimensions (Box)."""
 
     obs_dim: int
     n_actions: int
@@ -32,6 +52,39 @@ class NetSpec:
     value_head: tuple[int, ...] = (64, 128, 64)
     activation: str = "relu"
     noisy_policy: bool = False  # NoisyNet layers in the policy head (twice the parameters)
+    # Box actions: per-dimension bounds [n_actions] (both None: Discrete actions, a categorical head)
+    action_low: tuple[float, ...] | None = None
+    action_high: tuple[float, ...] | None = None
+    std: str = "state_independent"  # Box: "state_independent" or "softplus" (see the module doc)
+    log_std_init: float = 0.0  # Box: the initial log std
+
+    def __post_init__(self) -> None:
+        if (self.action_low is None) != (self.action_high is None):
+            raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
+        if not self.continuous:
+            return
+        low, high = np.asarray(self.action_low, np.float64), np.asarray(self.action_high, np.float64)
+        if low.shape != (self.n_actions,) or high.shape != (self.n_actions,):
+            raise ValueError(
+                f"NetSpec: action bounds need {self.n_actions} values each, got {low.shape} and {high.shape}"
+            )
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+            raise ValueError(
+                f"the Gaussian policy head needs finite action bounds low < high, got low={self.action_low} "
+                f"high={self.action_high}"
+            )
+        if self.std not in STD_KINDS:
+            raise ValueError(f"NetSpec: std {self.std!r} is not one of {', '.join(map(repr, STD_KINDS))}")
+        if self.noisy_policy:
+            raise ValueError(
+                "model.noisy_policy: NoisyNet policy layers work with Discrete actions only, not with the "
+                "Gaussian head of Box actions"
+            )
+
+    @property
+    def continuous(self) -> bool:
+        """Box actions (a Gaussian policy head) rather than Discrete ones (a categorical head)."""
+        return self.action_low is not None
 
     def layer_shapes(self) -> list[list[tuple[int, int]]]:
         """(in, out) of each Linear layer, grouped as [trunk, policy, value]."""
@@ -40,21 +93,37 @@ class NetSpec:
             return list(zip(sizes[:-1], sizes[1:]))
 
         body = self.trunk[-1] if self.trunk else self.obs_dim
+        per_state_std = self.continuous and self.std == "softplus"
         return [
             chain([self.obs_dim, *self.trunk]),
-            chain([body, *self.policy_head, self.n_actions]),
+            chain([body, *self.policy_head, self.n_actions * (2 if per_state_std else 1)]),
             chain([body, *self.value_head, 1]),
         ]
+
+    def log_std_params(self) -> int:
+        """Size of the learned state-independent log-std vector (0 where there is none)."""
+        return self.n_actions if self.continuous and self.std == "state_independent" else 0
 
     def num_params(self) -> int:
         trunk, policy, value = self.layer_shapes()
         dense = sum(i * o + o for i, o in trunk + value)
-        return dense + sum(i * o + o for i, o in policy) * (2 if self.noisy_policy else 1)
+        policy_params = sum(i * o + o for i, o in policy) * (2 if self.noisy_policy else 1)
+        return dense + policy_params + self.log_std_params()
+
+    def action_center_scale(self) -> tuple[np.ndarray, np.ndarray]:
+        """(center, scale) [n_actions] float32 of the Box bounds: the mean's affine map from tanh."""
+        low, high = np.asarray(self.action_low, np.float64), np.asarray(self.action_high, np.float64)
+        return ((high + low) / 2).astype(np.float32), ((high - low) / 2).astype(np.float32)
+
+    def softplus_bias(self) -> float:
+        """Bias of the softplus std outputs at which std = exp(log_std_init): softplus^-1(std - MIN_STD)."""
+        return math.log(math.expm1(max(math.exp(self.log_std_init) - MIN_STD, MIN_STD)))
 
 
 def build_torch(spec: NetSpec):
     """The torch module of ``spec`` (imported lazily: Executors do not need torch)."""
     import torch
+    import torch.nn.functional as F
     from torch import nn
 
     from mlxe.models.noisy import build_noisy_linear
@@ -69,8 +138,17 @@ def build_torch(spec: NetSpec):
                 layers.append(act())
         return nn.Sequential(*layers)
 
+    class LogStd(nn.Module):
+        """The state-independent log std [A]; a child module so that it comes last in ``parameters()``
+        (a module's own parameters would come before its children's)."""
+
+        def __init__(self, n: int, init: float) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.full((n,), init))
+
     class ActorCritic(nn.Module):
-        """``forward(obs [B, obs_dim]) -> (logits [B, n_actions], value [B])``."""
+        """``forward(obs [B, obs_dim]) -> (policy, value [B])``: ``policy`` is logits [B, A] (Discrete)
+        or (mean [B, A], std [B, A]) (Box)."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -79,6 +157,18 @@ def build_torch(spec: NetSpec):
             self.trunk = mlp(trunk, last_linear=False)
             self.policy = mlp(policy, last_linear=True, noisy=spec.noisy_policy)
             self.value = mlp(value, last_linear=True)
+            if spec.continuous:
+                center, scale = spec.action_center_scale()
+                self.register_buffer("center", torch.as_tensor(center), persistent=False)
+                self.register_buffer("scale", torch.as_tensor(scale), persistent=False)
+                last = self.policy[-1]
+                with torch.no_grad():  # start at mean ~ center, std ~ exp(log_std_init) in every state
+                    last.weight.mul_(0.01)
+                    last.bias.zero_()
+                    if spec.std == "softplus":
+                        last.bias[spec.n_actions :] = spec.softplus_bias()
+                if spec.std == "state_independent":
+                    self.log_std = LogStd(spec.n_actions, spec.log_std_init)
 
         def noisy_layers(self) -> list[nn.Module]:
             return [m for m in self.policy if hasattr(m, "reset_noise")]
@@ -91,9 +181,20 @@ def build_torch(spec: NetSpec):
             for layer in self.noisy_layers():
                 layer.noise = enabled
 
-        def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(self, obs: torch.Tensor):
             h = self.trunk(obs)
-            return self.policy(h), self.value(h).squeeze(-1)
+            policy = self.policy(h)
+            if spec.continuous:
+                policy = self.gaussian(policy)
+            return policy, self.value(h).squeeze(-1)
+
+        def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A])."""
+            n = spec.n_actions
+            mean = self.center + self.scale * torch.tanh(out[..., :n])
+            if spec.std == "softplus":
+                return mean, F.softplus(out[..., n:]) + MIN_STD
+            return mean, self.log_std.weight.exp().expand_as(mean)
 
     return ActorCritic()
 
@@ -147,6 +248,10 @@ class NumpyActorCritic:
             groups.append(layers)
         self._trunk, self._policy, self._value = groups
         self._noisy = [layer for layer in self._policy if isinstance(layer, NumpyNoisyLinear)]
+        self.continuous = spec.continuous
+        if spec.continuous:
+            self._center, self._scale = spec.action_center_scale()
+            self._log_std = flat[offset : offset + spec.log_std_params()] if spec.log_std_params() else None
 
     def reset_noise(self, rng: np.random.Generator) -> None:
         for layer in self._noisy:
@@ -164,12 +269,27 @@ class NumpyActorCritic:
                 x = self._act(x)
         return x
 
-    def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``obs [B, obs_dim] -> (logits [B, n_actions], value [B])``, float32."""
+    def __call__(self, obs: np.ndarray):
+        """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
+        or (mean [B, A], std [B, A]) (Box)."""
         h = self._mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        return self._mlp(h, self._policy, True), self._mlp(h, self._value, True)[:, 0]
+        policy = self._mlp(h, self._policy, True)
+        if self.continuous:
+            policy = self._gaussian(policy)
+        return policy, self._mlp(h, self._value, True)[:, 0]
+
+    def _gaussian(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A]), as the torch module's ``gaussian``."""
+        n = self.spec.n_actions
+        mean = np.tanh(out[:, :n])
+        mean *= self._scale
+        mean += self._center
+        if self._log_std is None:
+            return mean, np.logaddexp(0.0, out[:, n:]) + MIN_STD  # softplus
+        return mean, np.exp(np.broadcast_to(self._log_std, mean.shape))
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
+        """The raw policy-head output: the logits [B, A] (Discrete), [B, A or 2A] before the Gaussian map (Box)."""
         h = self._mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
         return self._mlp(h, self._policy, True)
 

@@ -9,6 +9,8 @@ processes: :func:`executor_loop` runs it behind any :class:`~mlxe.runtime.transp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from numbers import Integral
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +19,9 @@ from mlxe.algos.returns import nstep_returns
 from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.transport.weights import SharedWeights
+
+if TYPE_CHECKING:
+    from gymnasium.spaces import Box
 
 # Steps between looks at the control channel: rare enough to cost nothing, often enough that a
 # pause or stop takes effect within a fraction of a millisecond.
@@ -35,19 +40,22 @@ class Episode:
     steps: dict[str, np.ndarray] = field(repr=False)
 
 
-def env_dims(env) -> tuple[int, int]:
-    """(obs_dim, n_actions) of a flat-Box, Discrete-action environment."""
+def env_dims(env) -> tuple[int, int | Box]:
+    """(obs_dim, actions) of an environment with a flat Box observation space: ``actions`` is the
+    number of actions (int) of a Discrete action space, or the action space itself if it is a 1-D Box
+    (continuous actions, a Gaussian policy head; :func:`net_spec` reads its bounds)."""
     import gymnasium as gym
 
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(
-            f"the algorithms of this release need a Discrete action space, got {env.action_space} "
-            "(continuous actions come with the Gaussian policy head)"
-        )
+    space = env.action_space
+    if isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            raise ValueError(f"continuous actions need a 1-D Box action space, got {space}")
+    elif not isinstance(space, gym.spaces.Discrete):
+        raise ValueError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
     shape = env.observation_space.shape
     if shape is None or len(shape) != 1:
         raise ValueError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
-    return int(shape[0]), int(env.action_space.n)
+    return int(shape[0]), (space if isinstance(space, gym.spaces.Box) else int(space.n))
 
 
 def make_env_from_config(cfg, *, training: bool = True):
@@ -65,10 +73,19 @@ def make_env_from_config(cfg, *, training: bool = True):
     return make_env(cfg.env.id, kwargs=cfg.env.kwargs, max_episode_steps=cfg.env.max_episode_steps, task=task)
 
 
-def net_spec(cfg, obs_dim: int, n_actions: int) -> NetSpec:
+def net_spec(cfg, obs_dim: int, actions: int | Box) -> NetSpec:
+    """The network of ``cfg.model`` for ``actions`` as :func:`env_dims` gives them (int or Box)."""
     m = cfg.model
+    box = {}
+    if not isinstance(actions, Integral):
+        box = dict(
+            action_low=tuple(float(x) for x in actions.low), action_high=tuple(float(x) for x in actions.high),
+            std=m.std, log_std_init=m.log_std_init,
+        )
+        actions = actions.shape[0]
     return NetSpec(
-        obs_dim, n_actions, tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy
+        obs_dim, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
+        **box,
     )
 
 
@@ -81,6 +98,11 @@ class Executor:
         self.training = training
         self.env = make_env_from_config(cfg, training=training)
         obs_dim, n_actions = env_dims(self.env)
+        if not isinstance(n_actions, Integral):
+            raise ValueError(
+                f"algo.name {cfg.algo.name!r}: this Executor (seed 000's A3C) needs a Discrete action space, got "
+                f"{n_actions}; continuous (Box) actions work with the on-policy algorithms ppo, a2c and pg"
+            )
         self.spec = net_spec(cfg, obs_dim, n_actions)
         self.weights = weights
         self.local = np.zeros(self.spec.num_params(), dtype=np.float32)

@@ -19,7 +19,12 @@ from mlxe.runtime.transport.weights import SharedWeights
 
 
 class GymVec:
-    """Any environment of ``cfg.env`` as a Gymnasium ``SyncVectorEnv`` with MLxE's step semantics."""
+    """Any environment of ``cfg.env`` as a Gymnasium ``SyncVectorEnv`` with MLxE's step semantics.
+
+    ``n_actions`` is what :func:`~mlxe.runtime.executor.env_dims` says: the number of actions of a
+    Discrete space, or the Box itself. Box actions are clipped to the bounds here, so a policy may
+    act (and store) unbounded samples, e.g. of a Gaussian.
+    """
 
     def __init__(self, cfg, num_envs: int, seed: int) -> None:
         import gymnasium as gym
@@ -30,6 +35,8 @@ class GymVec:
         )
         self.num_envs = num_envs
         self.obs_dim, self.n_actions = env_dims(self.env.envs[0])
+        space = self.env.single_action_space
+        self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.seed = seed
 
     def reset(self) -> np.ndarray:
@@ -37,6 +44,9 @@ class GymVec:
         return np.asarray(obs, np.float32)
 
     def step(self, actions: np.ndarray):
+        """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> the vector-env step."""
+        if self.bounds is not None:
+            actions = np.clip(actions, *self.bounds)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         final = np.array(obs, np.float32)
         ended = info.get("_final_obs")
@@ -64,6 +74,10 @@ class RolloutExecutor:
         self.local = np.zeros(self.spec.num_params(), np.float32)
         self.version = -1
         self.actor = PPOActor(self.spec, self.local)
+        # actions per step: [E] indices (Discrete) or [E, A] raw Gaussian samples (Box)
+        continuous = self.spec.continuous
+        self.action_shape = (self.spec.n_actions,) if continuous else ()
+        self.action_dtype = np.float32 if continuous else np.int64
         self.algo = on_policy(cfg.algo.name)
         self.rng = np.random.default_rng(seed)
         self.obs = self.env.reset()
@@ -81,7 +95,7 @@ class RolloutExecutor:
         T, E, d = self.cfg.rollout.steps, self.env.num_envs, self.env.obs_dim
         r = {
             "obs": np.zeros((T, E, d), np.float32),
-            "action": np.zeros((T, E), np.int64),
+            "action": np.zeros((T, E, *self.action_shape), self.action_dtype),
             "logp": np.zeros((T, E), np.float32),
             "value": np.zeros((T, E), np.float32),
             "reward": np.zeros((T, E), np.float32),

@@ -90,6 +90,7 @@ class Trainer:
         self.stats = EpisodeStats(cfg.run.window)
         self.iteration = self.episodes = self.env_steps = self.updates = 0
         self.wall_before = 0.0  # seconds trained before a resume
+        self.eval_s = 0.0  # of the wall time, seconds spent in the periodic greedy evaluations
         self.goal_reached = False
         self.last_eval: float | None = None
         self.restored = checkpoint
@@ -98,6 +99,7 @@ class Trainer:
             self.iteration, self.episodes = int(t["iteration"]), int(t["episodes"])
             self.env_steps, self.updates = int(t["env_steps"]), int(t["updates"])
             self.wall_before = float(t["wall_s"])
+            self.eval_s = float(t.get("eval_s", 0.0))
             self.stats.load_state_dict(t["stats"])
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
@@ -109,6 +111,7 @@ class Trainer:
         self.interrupted = False
         self._old_sigint = None
         self.stop_reason: str | None = None
+        self.display_extra: dict[str, float] = {}  # columns of a backend (Ray: dropped, restarts) for the display
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> Trainer:
@@ -172,7 +175,9 @@ class Trainer:
         self._rate_mark = (now, self.env_steps, self.updates)
         stop = self.cfg.stop
         if evaluate is not None and stop.eval_return is not None and self.iteration % stop.eval_every == 0:
+            started = time.monotonic()
             self.last_eval = evaluate()
+            self.eval_s += time.monotonic() - started
         row = {
             "iteration": self.iteration,
             "episodes": self.episodes,
@@ -210,6 +215,7 @@ class Trainer:
             "steps_per_s": self._rates[0],
             "updates_per_s": self._rates[1],
             "elapsed_s": self.wall_s,
+            **self.display_extra,
         }
 
     def check_stop(self) -> str | None:
@@ -259,6 +265,7 @@ class Trainer:
                 "env_steps": self.env_steps,
                 "updates": self.updates,
                 "wall_s": self.wall_s,
+                "eval_s": self.eval_s,
                 "stats": self.stats.state_dict(),
             },
             **roles,
@@ -279,6 +286,7 @@ class Trainer:
             "env_steps": self.env_steps,
             "updates": self.updates,
             "wall_s": round(self.wall_s, 3),
+            "eval_s": round(self.eval_s, 3),
             "best_length": self.stats.best_length,
             "best_return": self.stats.best_return,
             "ma_length": self.stats.ma_length,

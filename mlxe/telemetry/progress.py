@@ -41,9 +41,21 @@ def _format(value: Any, kind: str) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+# Columns of some backends only (Ray: weights version, data dropped or rejected as stale, actor
+# restarts), shown after the others when the stats carry them.
+_OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("weights_version", "version", "count"),
+    ("dropped", "dropped", "count"),
+    ("rejected", "rejected", "count"),
+    ("restarts", "restarts", "count"),
+)
+
+
 def format_stats(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(header, formatted value) pairs in display order; missing keys render as '-'."""
-    return [(header, _format(stats.get(key), kind)) for key, header, kind in _COLUMNS]
+    """(header, formatted value) pairs in display order; missing keys render as '-' (optional
+    columns are left out when missing)."""
+    optional = [column for column in _OPTIONAL_COLUMNS if column[0] in stats]
+    return [(header, _format(stats.get(key), kind)) for key, header, kind in (*_COLUMNS, *optional)]
 
 
 class ProgressDisplay:

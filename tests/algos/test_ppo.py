@@ -93,3 +93,122 @@ def test_pg_targets_are_normalized_discounted_returns_cut_at_episode_ends():
     np.testing.assert_allclose(out["ret"], [1.5, 1.0, 1.5, 1.0], rtol=1e-6)
     g = np.array([1.5, 1.0, 1.5, 1.0])
     np.testing.assert_allclose(out["advantage"], (g - g.mean()) / g.std(), rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- Box actions
+
+
+def box_spec(std="state_independent"):
+    return NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh",
+                   action_low=(-2.0, -1.0), action_high=(2.0, 1.0), std=std, log_std_init=0.3)
+
+
+def gaussian_batch(learner, n=64, seed=0):
+    """Raw Gaussian samples (some beyond the bounds, as the Executors store them) with the model's log pi."""
+    from mlxe.algos.distributions import gaussian
+
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, 4)).astype(np.float32)
+    with torch.no_grad():
+        (mean, std), value = learner.main(torch.as_tensor(obs))
+        action = mean + std * torch.as_tensor(rng.standard_normal((n, 2)).astype(np.float32))
+        logp, _ = gaussian(mean, std, action)
+    return {"obs": obs, "action": action.numpy(), "logp": logp.numpy(), "value": value.numpy(),
+            "advantage": rng.standard_normal(n).astype(np.float32), "ret": rng.standard_normal(n).astype(np.float32)}
+
+
+@pytest.mark.parametrize("std", ["state_independent", "softplus"])
+def test_continuous_ratio_is_exactly_one_on_the_first_minibatch_of_the_first_epoch(std):
+    learner = PPOLearner(cfg(), box_spec(std), seed=0)
+    b = gaussian_batch(learner)
+    assert (np.abs(b["action"]) > [2.0, 1.0]).any()  # raw samples, not clipped
+    _, (*_, approx_kl, clip_fraction, ratio) = learner.loss({k: torch.as_tensor(v) for k, v in b.items()}, clip=0.2)
+    assert torch.equal(ratio, torch.ones_like(ratio))
+    assert approx_kl.item() == 0.0 and clip_fraction.item() == 0.0
+
+
+def test_continuous_ratio_of_the_executors_log_probabilities_is_one():
+    """log pi stored by the NumPy actor equals the Learner's recomputation (to float32 rounding)."""
+    from mlxe.algos.ppo import PPOActor
+
+    learner = PPOLearner(cfg(), box_spec("softplus"), seed=0)
+    actor = PPOActor(learner.spec, learner.weights())
+    obs = np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32)
+    action, logp, value = actor.act(obs, np.random.default_rng(1))
+    assert action.shape == (256, 2) and action.dtype == np.float32 and logp.shape == value.shape == (256,)
+    mb = {"obs": obs, "action": action, "logp": logp, "value": value, "advantage": np.ones(256, np.float32),
+          "ret": value}
+    _, (*_, ratio) = learner.loss({k: torch.as_tensor(v) for k, v in mb.items()}, clip=0.2)
+    np.testing.assert_allclose(ratio.detach().numpy(), 1.0, atol=1e-5)
+
+
+def test_continuous_sampling_follows_the_gaussian_and_greedy_takes_the_mean():
+    from mlxe.algos.ppo import PPOActor
+
+    learner = PPOLearner(cfg(), box_spec(), seed=0)
+    obs = np.tile(np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32), (20000, 1))
+    with torch.no_grad():
+        (mean, std), _ = learner.main(torch.as_tensor(obs[:1]))
+    actions, _, _ = PPOActor(learner.spec, learner.weights()).act(obs, np.random.default_rng(0))
+    np.testing.assert_allclose(actions.mean(0), mean[0].numpy(), atol=0.05)
+    np.testing.assert_allclose(actions.std(0), std[0].numpy(), rtol=0.02)
+    greedy, logp, _ = PPOActor(learner.spec, learner.weights(), greedy=True).act(obs[:3], np.random.default_rng(0))
+    np.testing.assert_allclose(greedy, np.tile(mean.numpy(), (3, 1)), atol=1e-6)
+    expected = torch.distributions.Normal(mean, std).log_prob(mean).sum(-1).item()
+    np.testing.assert_allclose(logp, expected, rtol=1e-5)
+
+
+def test_rollout_targets_keep_continuous_actions_float():
+    T, E = 3, 2
+    r = {"obs": np.zeros((T, E, 4), np.float32), "action": np.linspace(-3, 3, T * E * 2).reshape(T, E, 2),
+         "logp": np.zeros((T, E)), "value": np.zeros((T, E)), "reward": np.ones((T, E)),
+         "terminated": np.zeros((T, E), bool), "truncated": np.zeros((T, E), bool), "next_value": np.zeros((T, E))}
+    out = rollout_targets(r, gamma=0.5, lam=1.0)
+    assert out["action"].dtype == np.float32 and out["action"].shape == (6, 2)
+    np.testing.assert_allclose(out["action"], r["action"].reshape(6, 2), rtol=1e-6)
+
+
+def test_ppo_update_on_a_continuous_batch_makes_good_actions_likelier():
+    from mlxe.algos.distributions import gaussian
+
+    learner = PPOLearner(cfg("algo.batch_size=64", "ppo.epochs=4"), box_spec(), seed=0)
+    b = gaussian_batch(learner, n=256)
+    log_std = learner.main.log_std.weight.detach().clone()
+    info = learner.update(b, progress=0.0)
+    assert np.isfinite(list(vars(info).values())).all() and learner.updates == 4 * 4
+    assert not torch.equal(log_std, learner.main.log_std.weight)  # the log std is trained too
+    with torch.no_grad():
+        (mean, std), _ = learner.main(torch.as_tensor(b["obs"]))
+        logp, _ = gaussian(mean, std, torch.as_tensor(b["action"]))
+    gain = logp.numpy() - b["logp"]
+    assert gain[b["advantage"] > 0].mean() > gain[b["advantage"] < 0].mean()
+
+
+def test_a2c_loss_on_a_continuous_batch_against_hand_computation():
+    from mlxe.algos.a2c import A2CLearner
+
+    learner = A2CLearner(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5"), box_spec("softplus"), seed=0)
+    mb = {k: torch.as_tensor(v) for k, v in gaussian_batch(learner, n=8).items()}
+    loss, _ = learner.loss(mb, clip=0.0)
+    (mean, std), value = learner.main(mb["obs"])
+    normal = torch.distributions.Normal(mean, std)
+    logp, entropy = normal.log_prob(mb["action"]).sum(-1), normal.entropy().sum(-1).mean()
+    expected = -(logp * mb["advantage"]).mean() + 0.5 * ((value - mb["ret"]) ** 2).mean() - 0.1 * entropy
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    learner.update(gaussian_batch(learner, n=8), progress=0.0)
+    assert learner.updates == 1
+
+
+def test_pg_loss_on_a_continuous_batch_trains_the_log_std():
+    from mlxe.algos.pg import PGLearner
+
+    learner = PGLearner(cfg("algo.entropy_coef=0.01"), box_spec(), seed=0)
+    mb = {k: torch.as_tensor(v) for k, v in gaussian_batch(learner, n=16).items()}
+    loss, (_, policy_loss, entropy, *_) = learner.loss(mb, clip=0.0)
+    (mean, std), _ = learner.main(mb["obs"])
+    normal = torch.distributions.Normal(mean, std)
+    expected = -(normal.log_prob(mb["action"]).sum(-1) * mb["advantage"]).mean()
+    assert policy_loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert entropy.item() == pytest.approx(normal.entropy().sum(-1).mean().item(), rel=1e-6)
+    loss.backward()
+    assert learner.main.log_std.weight.grad.abs().sum() > 0

@@ -47,3 +47,60 @@ def test_state_round_trip_and_shape_check():
     np.testing.assert_array_equal(other.var, rms.var)
     with pytest.raises(ValueError, match="shape"):
         rms.merge(RunningMeanStd((3,)))
+
+
+def filters_config(*overrides):
+    from mlxe.config import load_config
+
+    return load_config(overrides=["filters.obs=true", "filters.reward=true", "algo.gamma=0.9", *overrides])
+
+
+def test_executors_fresh_statistics_merge_into_the_global_ones():
+    from mlxe.envs.filters import Filters
+
+    cfg = filters_config()
+    rng = np.random.default_rng(2)
+    batches = [rng.normal(4.0, 3.0, size=(5, 3)) for _ in range(6)]
+    learner = Filters(cfg, 3)
+    for part in (batches[:2], batches[2:]):  # two Executors, each starting from the global statistics
+        executor, fresh = Filters(cfg, 3), Filters(cfg, 3)
+        executor.load_state_dict(learner.state_dict())
+        for b in part:
+            executor.observe_obs(b, fresh)
+        learner.merge(fresh.state_dict())
+    data = np.concatenate(batches)
+    np.testing.assert_allclose(learner.obs.mean, data.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(learner.obs.var, data.var(axis=0), rtol=1e-12)
+    z = learner.normalize_obs(data)
+    assert z.dtype == np.float32 and np.abs(z).max() <= 5.0
+
+
+def test_rewards_are_scaled_by_the_spread_of_the_discounted_return():
+    from mlxe.envs.filters import Filters
+
+    cfg = filters_config("filters.clip=100")
+    f, fresh = Filters(cfg, 1), Filters(cfg, 1)
+    returns = np.zeros(2)
+    seen = []
+    for t in range(4):
+        ended = np.array([t == 1, False])
+        scaled = f.observe_rewards(np.array([1.0, 2.0]), returns, ended, fresh)
+        seen.append(scaled)
+    # env 0: returns 1, 1.9 (ends, reset), 1, 1.9; env 1: 2, 3.8, 5.42, 6.878
+    r = np.array([1, 2, 1.9, 3.8, 1, 5.42, 1.9, 6.878])
+    np.testing.assert_allclose(f.ret.var, r.var())
+    np.testing.assert_allclose(seen[-1], np.array([1.0, 2.0]) / np.sqrt(r.var() + 1e-8), rtol=1e-6)
+    np.testing.assert_allclose(returns, [1.9, 6.878])
+    assert fresh.ret.count == 8
+
+
+def test_disabled_filters_pass_data_through():
+    from mlxe.config import load_config
+    from mlxe.envs.filters import Filters
+
+    f = Filters(load_config(), 2)
+    assert not f.enabled and f.state_dict() == {"obs": None, "ret": None}
+    obs = np.array([[1.5, -2.0]])
+    np.testing.assert_array_equal(f.normalize_obs(obs), obs)
+    rewards = np.array([3.0])
+    assert f.observe_rewards(rewards, np.zeros(1), np.array([False]), f) is rewards

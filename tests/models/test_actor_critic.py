@@ -128,3 +128,108 @@ def test_wrong_vector_size_raises(size):
 def test_two_dimensional_vector_raises():
     with pytest.raises(ValueError):
         NumpyActorCritic(NetSpec(**SMALL), np.zeros((1, 203), np.float32))
+
+
+# --------------------------------------------------------------------------- Box actions: Gaussian head
+
+BOX = dict(action_low=(-2.0, 0.0), action_high=(2.0, 1.0))  # center (0, 0.5), scale (2, 0.5)
+
+
+def gaussian_spec(std: str, activation: str = "tanh", trunk=(8,), log_std_init: float = -0.5) -> NetSpec:
+    return NetSpec(obs_dim=3, n_actions=2, trunk=trunk, policy_head=(8,), value_head=(8,), activation=activation,
+                   std=std, log_std_init=log_std_init, **BOX)
+
+
+def test_discrete_spec_is_not_continuous_and_keeps_its_layout():
+    spec = NetSpec(**SMALL)
+    assert not spec.continuous and spec.log_std_params() == 0 and spec.num_params() == 203
+
+
+@pytest.mark.parametrize("std, extra", [("state_independent", 2), ("softplus", 9 * 2)])
+def test_gaussian_num_params(std, extra):
+    # trunk 3->8: 32; policy 8->8: 72, 8->2 (state_independent) or 8->4 (softplus); value 81;
+    # plus the log-std vector [2] (state_independent) or the extra 8->2 outputs (softplus)
+    spec = gaussian_spec(std)
+    assert spec.continuous
+    assert spec.num_params() == 32 + 72 + 18 + 81 + extra
+    assert spec.num_params() == sum(p.numel() for p in build_torch(spec).parameters())
+
+
+def test_state_independent_log_std_comes_last_in_the_flat_layout():
+    spec = gaussian_spec("state_independent", log_std_init=-0.7)
+    model = build_torch(spec)
+    discrete = build_torch(NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,)))
+    names = [n for n, _ in model.named_parameters()]
+    assert names == [n for n, _ in discrete.named_parameters()] + ["log_std.weight"]  # trunk, policy, value, log std
+    flat = flat_of(model)
+    np.testing.assert_allclose(flat[-2:], [-0.7, -0.7])
+    with torch.no_grad():
+        model.log_std.weight.copy_(torch.tensor([0.1, 0.2]))
+    np.testing.assert_allclose(flat_of(model)[-2:], [0.1, 0.2])
+
+
+@pytest.mark.parametrize("std", ["state_independent", "softplus"])
+def test_gaussian_head_starts_at_the_center_with_the_initial_std(std):
+    torch.manual_seed(0)
+    spec = gaussian_spec(std, log_std_init=-0.5)
+    obs = np.random.default_rng(0).standard_normal((32, 3)).astype(np.float32) * 3
+    with torch.no_grad():
+        (mean, std_), value = build_torch(spec)(torch.as_tensor(obs))
+    assert mean.shape == std_.shape == (32, 2) and value.shape == (32,)
+    np.testing.assert_allclose(mean.numpy(), np.tile([0.0, 0.5], (32, 1)), atol=0.05)
+    np.testing.assert_allclose(std_.numpy(), np.exp(-0.5), rtol=0.05)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
+@pytest.mark.parametrize("trunk", [(8,), ()])
+@pytest.mark.parametrize("std", ["state_independent", "softplus"])
+def test_gaussian_numpy_matches_torch(std, trunk, activation):
+    torch.manual_seed(0)
+    spec = gaussian_spec(std, activation, trunk)
+    model = build_torch(spec)
+    with torch.no_grad():  # leave the near-constant initial policy: means near the bounds, varied stds
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    obs = (np.random.default_rng(0).standard_normal((16, 3)) * 2.0).astype(np.float32)
+    with torch.no_grad():
+        (t_mean, t_std), t_value = model(torch.as_tensor(obs))
+    (n_mean, n_std), n_value = NumpyActorCritic(spec, flat_of(model))(obs)
+    assert n_mean.shape == n_std.shape == (16, 2) and n_value.shape == (16,)
+    assert n_mean.dtype == n_std.dtype == n_value.dtype == np.float32
+    np.testing.assert_allclose(n_mean, t_mean.numpy(), atol=1e-5)
+    np.testing.assert_allclose(n_std, t_std.numpy(), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(n_value, t_value.numpy(), atol=1e-5)
+    assert (np.abs(n_mean - [0.0, 0.5]) <= [2.0, 0.5]).all()  # inside the bounds
+    if std == "softplus":
+        assert np.ptp(n_std, axis=0).min() > 0.01  # per state
+
+
+def test_numpy_log_std_is_a_view_of_the_flat_vector():
+    spec = gaussian_spec("state_independent")
+    flat = flat_of(build_torch(spec))
+    net = NumpyActorCritic(spec, flat)
+    obs = np.zeros((2, 3), np.float32)
+    flat[-2:] = [0.0, np.log(3.0)]
+    (_, std), _ = net(obs)
+    np.testing.assert_allclose(std, [[1.0, 3.0], [1.0, 3.0]], rtol=1e-6)
+
+
+def test_gaussian_spec_is_hashable_and_equal_by_value():
+    assert hash(gaussian_spec("softplus")) == hash(gaussian_spec("softplus"))
+    assert gaussian_spec("softplus") != gaussian_spec("state_independent")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(action_low=(-1.0,)), "both"),
+        (dict(action_low=(-1.0,), action_high=(1.0, 1.0)), "2 values each"),
+        (dict(action_low=(-1.0, -np.inf), action_high=(1.0, 1.0)), "finite"),
+        (dict(action_low=(1.0, 0.0), action_high=(1.0, 1.0)), "low < high"),
+        (dict(action_low=(-1.0, -1.0), action_high=(1.0, 1.0), std="exp"), "std"),
+        (dict(action_low=(-1.0, -1.0), action_high=(1.0, 1.0), noisy_policy=True), "noisy_policy"),
+    ],
+)
+def test_invalid_gaussian_specs_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NetSpec(obs_dim=3, n_actions=2, **kwargs)

@@ -71,11 +71,6 @@ def test_ppo_solves_cartpole(tmp_path):
     assert check["mean_return"] >= 475
 
 
-def test_continuous_env_is_a_clear_error_for_now(tmp_path):
-    with pytest.raises(ValueError, match=r"need a Discrete action space, got Box"):
-        mlxe.train(ppo_config(tmp_path, "env.id=Pendulum-v1", "stop.max_env_steps=256"))
-
-
 @pytest.mark.parametrize("algo, threshold", [("a2c", 475), ("pg", 195)])
 def test_a2c_and_pg_solve_cartpole(tmp_path, algo, threshold):
     """The greedy mean return over 20 episodes reaches the threshold within the config's step budget."""

@@ -1,8 +1,15 @@
-"""The iterative-synchronous schedule of the on-policy algorithms (IS: processes, ISTB: threads).
+"""The schedules of the on-policy algorithms: IS (processes), ISTB (threads) and OA (processes).
 
-Each iteration every Executor plays ``rollout.steps`` steps in each of its environments with the
-newest weights; the coordinating process (the Learner) concatenates the N x E x T batch, runs its
-epochs of updates and publishes the new weights.
+Each iteration every Executor plays ``rollout.steps`` steps in each of its environments; the
+coordinating process (the Learner) concatenates the N x E x T batch, runs its epochs of updates and
+publishes the new weights.
+
+* IS / ISTB (synchronous): an Executor starts its next rollout once the new weights are published,
+  so every rollout is played by the newest policy (PPO's ratio is exactly 1 on the first minibatch).
+* OA (online-asynchronous): an Executor is told to play its next rollout as soon as its last one
+  has arrived, so acting runs beside learning. Each rollout is then played by the weights of one
+  version before the ones it trains, which the algorithms' ratios to the behaviour policy's stored
+  log-probabilities account for (PPO's clipped surrogate, as in APPO).
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ import time
 import numpy as np
 
 from mlxe.config import Config
-from mlxe.runtime.architectures.common import Seeds, context, evaluate_weights
+from mlxe.runtime.architectures.common import Seeds, context
+from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.executor import net_spec
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.trainer import Trainer
@@ -22,8 +30,8 @@ from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
 POLL_S = 0.2
 
 
-def run_on_policy(cfg: Config, trainer: Trainer, threads: bool) -> str:
-    """Train until a stop condition; returns the stop reason."""
+def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bool = False) -> str:
+    """Train until a stop condition; returns the stop reason (``asynchronous``: the OA schedule)."""
     import torch
 
     from mlxe.algos import on_policy
@@ -46,27 +54,51 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool) -> str:
     ]
     pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
 
-    def gather(command: str) -> list[tuple]:
-        for i in range(n):
-            pool.send(i, (command,))
+    def gather(command: str, send: bool = True, again: bool = False) -> list[tuple]:
+        """Each Executor's reply to ``command`` (sent first unless ``send`` is False), in executor
+        order; ``again``: send the command anew to each Executor as soon as its reply arrives."""
+        if send:
+            for i in range(n):
+                pool.send(i, (command,))
         replies: list = [None] * n
         while any(r is None for r in replies):
             reply = pool.recv(POLL_S)
             if reply is not None:
                 replies[reply[0]] = reply[1][1:]
+                if again:
+                    pool.send(reply[0], (command,))
         return replies
 
+    in_flight = False  # OA: every Executor is playing a rollout that was asked for
+    pending: list | None = None  # rollouts collected to checkpoint the Executors, trained next
+
+    def next_rollouts() -> list[tuple]:
+        nonlocal in_flight, pending
+        if pending is not None:
+            rollouts, pending = pending, None
+            if asynchronous:
+                for i in range(n):
+                    pool.send(i, ("rollout",))
+        else:  # in executor order: an IS seed replays the same run
+            rollouts = gather("rollout", send=not in_flight, again=asynchronous)
+        in_flight = asynchronous
+        return rollouts
+
     def roles() -> dict:
+        nonlocal in_flight, pending
+        if in_flight:  # Executors answer one command at a time: take the rollouts first
+            pending, in_flight = gather("rollout", send=False), False
         return {"learner": learner.state_dict(), "executors": [r[0] for r in gather("state")]}
 
     def evaluate() -> float:
-        return evaluate_weights(cfg, learner.weights(), cfg.stop.eval_episodes, seeds.evaluation)["mean_return"]
+        result = evaluate_vectorized(cfg, spec, learner.weights(), cfg.stop.eval_episodes, seeds.evaluation)
+        return result["mean_return"]
 
     budget = cfg.stop.max_env_steps
     try:
         while trainer.check_stop() is None:
             t0 = time.perf_counter()
-            rollouts = gather("rollout")  # in executor order: a seed replays the same run
+            rollouts = next_rollouts()
             for _, episodes in rollouts:
                 for episode in episodes:
                     trainer.on_episode(episode, count_steps=False)  # episodes span rollouts

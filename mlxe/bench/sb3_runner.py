@@ -1,0 +1,139 @@
+"""Stable-Baselines3 side of the side-by-side benchmarks, run as a script by another interpreter.
+
+``mlxe bench solve|throughput --sb3-python PATH`` runs this file with the Python of an environment
+that has ``stable-baselines3`` and ``rl-zoo3`` (MLxE does not depend on them). It imports neither
+MLxE nor anything MLxE needs, and prints one JSON object on its last line.
+
+* ``solve``: train with RL-Zoo's tuned hyper-parameters for the env; every ``--eval-every`` env
+  steps play ``--eval-episodes`` deterministic episodes and stop once their mean return reaches
+  ``--threshold``. The wall time reported excludes the evaluations (as MLxE's ``train_s`` does).
+* ``throughput``: train ``--steps`` env steps with no evaluation; env steps per second of ``learn``.
+* ``startup``: nothing to do but import, build the model and take one env step; the caller times
+  the whole process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def zoo_hyperparams(algo: str, env_id: str) -> dict:
+    """RL-Zoo's tuned hyper-parameters of ``algo`` on ``env_id`` (``hyperparams/<algo>.yml``)."""
+    import rl_zoo3
+    import yaml
+
+    path = Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo}.yml"
+    table = yaml.safe_load(path.read_text())
+    if env_id not in table:
+        raise SystemExit(f"RL-Zoo has no {algo} hyper-parameters for {env_id} in {path}")
+    return dict(table[env_id])
+
+
+def build(algo: str, env_id: str, seed: int):
+    """(model, n_envs, normalize) built as RL-Zoo's ``train.py`` would, with DummyVecEnv."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+    from torch import nn  # noqa: F401  (RL-Zoo's policy_kwargs strings name nn.*)
+
+    hp = zoo_hyperparams(algo, env_id)
+    n_envs = int(hp.pop("n_envs", 1))
+    hp.pop("n_timesteps", None)
+    normalize = hp.pop("normalize", False)
+    policy = hp.pop("policy")
+    for key in ("learning_rate", "clip_range"):
+        value = hp.get(key)
+        if isinstance(value, str) and value.startswith("lin_"):
+            start = float(value[4:])
+            hp[key] = lambda progress_remaining, start=start: progress_remaining * start
+    if isinstance(hp.get("policy_kwargs"), str):
+        hp["policy_kwargs"] = eval(hp["policy_kwargs"])  # RL-Zoo's own trusted file, as RL-Zoo does
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if normalize:
+        kwargs = normalize if isinstance(normalize, dict) else {}
+        env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)
+    model = getattr(sb3, algo.upper())(policy, env, seed=seed, device="cpu", verbose=0, **hp)
+    return model, n_envs, bool(normalize)
+
+
+def solve(args: argparse.Namespace) -> dict:
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    model, n_envs, normalize = build(args.algo, args.env, args.seed)
+    eval_env = make_vec_env(args.env, n_envs=1, seed=args.seed + 10_000)
+    if normalize:
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+
+    class Solve(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_s, self.next_eval, self.result = 0.0, args.eval_every, None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += args.eval_every
+            started = time.perf_counter()
+            if normalize:
+                eval_env.obs_rms = model.get_vec_normalize_env().obs_rms
+            mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+            self.eval_s += time.perf_counter() - started
+            if mean >= args.threshold:
+                self.result = (self.num_timesteps, float(mean))
+                return False
+            return True
+
+    callback = Solve()
+    started = time.perf_counter()
+    model.learn(total_timesteps=args.max_steps, callback=callback)
+    wall = time.perf_counter() - started
+    steps, mean = callback.result if callback.result else (model.num_timesteps, float("nan"))
+    return {
+        "goal_reached": callback.result is not None,
+        "env_steps": int(steps),
+        "train_s": wall - callback.eval_s,
+        "eval_s": callback.eval_s,
+        "eval_return": mean,
+        "n_envs": n_envs,
+    }
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    model, n_envs, _ = build(args.algo, args.env, args.seed)
+    started = time.perf_counter()
+    model.learn(total_timesteps=args.steps)
+    wall = time.perf_counter() - started
+    return {"env_steps": int(model.num_timesteps), "wall_s": wall, "steps_per_s": model.num_timesteps / wall, "n_envs": n_envs}
+
+
+def startup(args: argparse.Namespace) -> dict:
+    model, _, _ = build(args.algo, args.env, args.seed)
+    model.env.reset()
+    model.env.step([model.env.action_space.sample() for _ in range(model.env.num_envs)])
+    return {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=["solve", "throughput", "startup"])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--eval-every", type=int, default=1280, help="env steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--max-steps", type=int, default=200_000)
+    parser.add_argument("--steps", type=int, default=50_000, help="throughput: env steps to train")
+    args = parser.parse_args()
+    result = {"solve": solve, "throughput": throughput, "startup": startup}[args.task](args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

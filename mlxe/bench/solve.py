@@ -1,0 +1,158 @@
+"""``mlxe bench solve ENV ALGO``: wall time and env steps until the greedy policy solves the env.
+
+"Solved": the mean return of 20 greedy evaluation episodes reaches the env's threshold
+(CartPole-v1 475, Pendulum-v1 -200). Both sides evaluate at the same interval of env steps (MLxE's
+``stop.eval_every`` iterations), and the evaluations are left out of the training wall time on
+both sides (``train_s`` = wall - eval), so a cheaper evaluation does not count as faster training.
+
+With ``--sb3-python PATH`` (an interpreter that has ``stable-baselines3`` and ``rl-zoo3``), every
+seed also trains Stable-Baselines3 with RL-Zoo's tuned hyper-parameters, interleaved with MLxE's
+run of the same seed so both see the same machine. Start-up is the wall time of a whole process
+that imports, builds everything and plays one iteration (MLxE: ``mlxe train`` with a one-iteration
+budget, including its checkpoint; SB3: import, build the model, one env step): an upper bound on
+the time from import to the first env step.
+
+Writes ``solve.md`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mlxe.bench.compare import QUIET, bench_dir
+
+THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
+CONFIGS = {
+    ("CartPole-v1", "ppo"): "configs/cartpole_ppo.yaml",
+    ("CartPole-v1", "a2c"): "configs/cartpole_a2c.yaml",
+    ("CartPole-v1", "pg"): "configs/cartpole_pg.yaml",
+    ("Pendulum-v1", "ppo"): "configs/pendulum_ppo.yaml",
+}
+SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
+
+
+def sb3(python: str, task: str, *args: str) -> dict:
+    """Run the Stable-Baselines3 runner in ``python``; its JSON result."""
+    proc = subprocess.run([python, str(SB3_RUNNER), task, *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"Stable-Baselines3 runner failed ({python}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def process_seconds(command: list[str]) -> float:
+    """Wall seconds of a whole process (it must succeed)."""
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def _cell(values: list[float], digits: int) -> str:
+    if not values:
+        return "n/a"
+    return f"{np.median(values):,.{digits}f} [{np.min(values):,.{digits}f}-{np.max(values):,.{digits}f}]"
+
+
+def _ratio(ours: list[float], theirs: list[float]) -> str:
+    if not ours or not theirs:
+        return "n/a"
+    return f"{np.median(ours) / np.median(theirs):.2f}"
+
+
+def bench_solve(
+    env_id: str,
+    algo: str,
+    seeds: int = 5,
+    config: str | Path | None = None,
+    sb3_python: str | None = None,
+    overrides: list[str] | None = None,
+    out_dir: str | Path | None = None,
+    max_steps: int = 200_000,
+) -> Path:
+    """Run the benchmark; returns the path of the markdown report."""
+    from mlxe.api import train
+    from mlxe.config import load_config
+
+    if env_id not in THRESHOLDS:
+        raise ValueError(f"no solve threshold for {env_id!r}; known: {', '.join(THRESHOLDS)}")
+    config = config or CONFIGS.get((env_id, algo))
+    if config is None:
+        raise ValueError(f"no config for {algo} on {env_id}; pass --config")
+    threshold = THRESHOLDS[env_id]
+    out = bench_dir(f"solve-{env_id}-{algo}", out_dir)
+    base = [
+        *(overrides or []), *QUIET, f"run.dir={out / 'runs'}", f"env.id={env_id}", f"algo.name={algo}",
+        f"stop.eval_return={threshold}", "stop.eval_episodes=20", f"stop.max_env_steps={max_steps}",
+    ]
+    probe = load_config(config, base)
+    per_iteration = probe.num_executors() * probe.envs_per_executor * probe.rollout.steps
+    eval_every_steps = probe.stop.eval_every * per_iteration
+
+    results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
+    for seed in range(seeds):
+        s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
+        mine = {
+            "goal_reached": s["stop_reason"] == "eval_return",
+            "env_steps": s["env_steps"],
+            "train_s": s["wall_s"] - s["eval_s"],
+            "eval_s": s["eval_s"],
+        }
+        results["mlxe"].append(mine)
+        line = f"seed {seed}: MLxE {mine['env_steps']} steps {mine['train_s']:.2f} s"
+        if sb3_python:
+            theirs = sb3(
+                sb3_python, "solve", f"--env={env_id}", f"--algo={algo}", f"--seed={seed}",
+                f"--threshold={threshold}", f"--eval-every={eval_every_steps}", f"--max-steps={max_steps}",
+            )
+            results["sb3"].append(theirs)
+            line += f"; SB3 {theirs['env_steps']} steps {theirs['train_s']:.2f} s"
+        print(line, flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+
+    startup = {
+        "mlxe": process_seconds([
+            sys.executable, "-m", "mlxe", "train", str(config), *base, f"stop.max_env_steps={per_iteration}",
+            "stop.eval_return=null", "name=startup", "--no-progress",
+        ])
+    }
+    if sb3_python:
+        startup["sb3"] = process_seconds([sb3_python, str(SB3_RUNNER), "startup", f"--env={env_id}", f"--algo={algo}"])
+    results["startup_s"] = startup
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+
+    def column(side: str, key: str) -> list[float]:
+        return [r[key] for r in results[side] if r["goal_reached"]]
+
+    sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
+    names = {"mlxe": "MLxE", "sb3": "Stable-Baselines3 (RL-Zoo)"}
+    lines = [
+        f"# {algo.upper()} solves {env_id} (greedy mean of 20 episodes >= {threshold:g}), {seeds} seeds",
+        "",
+        f"Evaluated every {eval_every_steps:,} env steps; training wall time excludes the evaluations. "
+        "Median [min-max] over the successful runs.",
+        "",
+        "| | success | env steps | train wall s | start-up s |",
+        "|---|---|---|---|---|",
+    ]
+    for side in sides:
+        ok = column(side, "env_steps")
+        lines.append(
+            f"| {names[side]} | {len(ok)}/{len(results[side])} | {_cell(ok, 0)} | "
+            f"{_cell(column(side, 'train_s'), 2)} | {startup[side]:.2f} |"
+        )
+    if sb3_python:
+        lines += [
+            "",
+            f"- wall-time ratio MLxE / SB3 (medians): {_ratio(column('mlxe', 'train_s'), column('sb3', 'train_s'))}",
+            f"- env-steps ratio MLxE / SB3 (medians): {_ratio(column('mlxe', 'env_steps'), column('sb3', 'env_steps'))}",
+        ]
+    path = out / "solve.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,12 @@
+"""The Ray backend (``backend: ray``): Executors as Ray actors, weights through the object store.
+
+* :mod:`.backend`: connecting (local Ray, ``auto``, an address) and placement groups;
+* :mod:`.actors`: the Executor actor around the local :class:`~mlxe.runtime.executor.Executor`;
+* :mod:`.pool`: calls in flight, replies, dead actors replaced;
+* :mod:`.server`: the parameter server and its gradient combiners (fifo, average, DC-ASGD);
+* :mod:`.sync`, :mod:`.experience`, :mod:`.gradients`: the schedules of ``ray.mode``;
+* :mod:`.stats`: run-wide statistics, ``status.json`` and ``mlxe status``;
+* :mod:`.run`: :func:`~mlxe.runtime.ray.run.run_ray`, what ``mlxe.train`` calls.
+
+Nothing here is imported unless a run asks for ``backend: ray``.
+"""

@@ -1,0 +1,169 @@
+"""Reaching a Ray cluster and placing the Executors on it.
+
+``ray.address``:
+
+* ``null``: start a Ray instance on this machine for the run (and stop it at the end), with enough
+  logical CPUs for the Executors, so ``backend=ray`` works with no cluster at all;
+* ``auto``: the cluster this machine joined with ``ray start``;
+* ``host:port`` (or ``ray://host:port`` for Ray Client): that cluster's head.
+
+A process that already called ``ray.init`` (a notebook, the tests) keeps its connection. A cluster
+that cannot be reached is a :class:`ClusterUnreachable` naming the address, raised within
+``ray.connect_timeout`` seconds: the head's port is probed with a plain TCP connect first, because
+``ray.init`` on a dead address retries for minutes.
+
+Placement: one placement group per run. ``pack`` puts the Executors' bundles on as few nodes as
+possible, ``spread`` over as many as possible; ``executors_per_node: k`` asks for k Executors on
+every alive node (one bundle per node, strictly spread), so ``executors_per_node: 1`` is exactly one
+environment per machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from mlxe.config import Config, ConfigError
+
+LOCAL = "local Ray (started for this run)"
+
+
+class ClusterUnreachable(ConfigError):
+    """``ray.address`` names no Ray cluster that answers."""
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("backend: 'ray' needs Ray; install it with: pip install 'mlxe[ray]'") from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"ray.address: {address!r} is not allowed; expected null, 'auto' or 'host:port'")
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout: float) -> None:
+    """Raise :class:`ClusterUnreachable` unless something accepts TCP connections at ``address``."""
+    host, port = _host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ClusterUnreachable(
+            f"ray.address: cannot reach a Ray cluster at {address!r} ({reason}); start one there with "
+            "`ray start --head`, or use ray.address=null for a local Ray"
+        ) from None
+
+
+def _local_cpus(cfg: Config) -> int:
+    """Logical CPUs of a Ray started for the run: the cores, or more if the Executors ask for more."""
+    r = cfg.ray
+    cores = os.cpu_count() or 1
+    if r.executors_per_node is not None:
+        return max(cores, math.ceil(r.executors_per_node * r.num_cpus))
+    if cfg.executors == "auto":
+        return cores
+    return max(cores, math.ceil(cfg.executors * r.num_cpus))
+
+
+@contextmanager
+def connect(cfg: Config) -> Iterator[str]:
+    """Be connected to Ray for the duration; yields a description of the cluster for the status."""
+    ray = import_ray()
+    address = cfg.ray.address
+    if address not in (None, "auto"):
+        probe(address, cfg.ray.connect_timeout)
+    if ray.is_initialized():
+        yield address or "the Ray this process is connected to"
+        return
+    quiet = dict(logging_level="WARNING", log_to_driver=False)
+    if address is None:
+        ray.init(num_cpus=_local_cpus(cfg), include_dashboard=False, **quiet)
+        where = LOCAL
+    else:
+        try:
+            ray.init(address=address, **quiet)
+        except ConnectionError as e:
+            raise ClusterUnreachable(
+                f"ray.address: {address!r}: {e} (join or start a cluster with `ray start`, or use "
+                "ray.address=null for a local Ray)"
+            ) from None
+        where = address
+    try:
+        yield where
+    finally:
+        ray.shutdown()
+
+
+def resolve_executors(cfg: Config) -> int:
+    """The run's Executor count on the connected cluster: ``executors_per_node`` x alive nodes,
+    ``auto`` = the cluster's CPUs // ``ray.num_cpus``, or ``executors``."""
+    import ray
+
+    r = cfg.ray
+    if r.executors_per_node is not None:
+        return r.executors_per_node * len([n for n in ray.nodes() if n["Alive"]])
+    if cfg.executors == "auto":
+        return max(1, int(ray.cluster_resources().get("CPU", 1) // r.num_cpus))
+    return cfg.executors
+
+
+class Placement:
+    """The run's placement group; ``options(i)`` schedules Executor ``i`` into its bundle."""
+
+    def __init__(self, cfg: Config, executors: int, name: str) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        r = cfg.ray
+        if r.executors_per_node is not None:
+            self.per_bundle = r.executors_per_node
+            bundles = [{"CPU": r.executors_per_node * r.num_cpus}] * (executors // r.executors_per_node)
+            strategy = "STRICT_SPREAD"
+        else:
+            self.per_bundle = 1
+            bundles = [{"CPU": r.num_cpus}] * executors
+            strategy = "PACK" if r.placement == "pack" else "SPREAD"
+        self.cpus = sum(b["CPU"] for b in bundles)
+        self.group = placement_group(bundles, strategy=strategy, name=name)
+        ready, _ = ray.wait([self.group.ready()], timeout=r.connect_timeout)
+        if not ready:
+            ray.util.remove_placement_group(self.group)
+            cpus = ray.cluster_resources().get("CPU", 0)
+            nodes = len([n for n in ray.nodes() if n["Alive"]])
+            raise ConfigError(
+                f"ray: cannot place {executors} Executors of {r.num_cpus:g} CPU each ({strategy}) within "
+                f"{r.connect_timeout:g} s; the cluster has {cpus:g} CPUs on {nodes} node(s) "
+                "(lower executors or ray.num_cpus, or add nodes)"
+            )
+
+    def options(self, index: int) -> dict:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=index // self.per_bundle
+            )
+        }
+
+    def remove(self, timeout: float = 3.0) -> None:
+        """Free the bundles, and wait (a moment: Ray's resource view lags) until the cluster shows
+        them free again: a run started right after this one must not bend its placement around ours."""
+        import ray
+
+        before = ray.available_resources().get("CPU", 0.0)
+        ray.util.remove_placement_group(self.group)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and ray.available_resources().get("CPU", 0.0) < before + self.cpus:
+            time.sleep(0.05)

@@ -1,0 +1,87 @@
+"""``ray.mode: async_gradients``: A3C with a parameter server (RELAAX's DA3C, seed 001).
+
+Each Executor actor is a small A3C learner without an optimizer: it plays an episode into its own
+share of the replay (``memory.capacity_per_executor`` rows, prioritized and re-weighted as the
+Memorizer does), then computes its share of the minimum-updates rule as gradients, one per call,
+each at the newest weights it was offered, and plays again. The driver is the parameter server:
+every gradient arrives with the version it was computed at and goes through the combiner
+(``ray.combine``: fifo, average, dc; see :mod:`mlxe.runtime.ray.server`); each applied update is a
+new version, and the newest is published to the object store once after each batch of replies, so
+the calls that answer them carry it.
+
+``ray.hogwild``: each Executor has two calls queued instead of one, so it starts its next piece of
+work with the weights it holds while the newer ones are on their way (RELAAX's non-blocking pull);
+its gradients then lag one more version, which is what delay compensation is for.
+
+The learning-rate schedule runs as on the Learner: every ``executors`` episodes (an "iteration" of
+the metrics) lr = max(lr0 * lr_decay ** episodes, lr_min).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mlxe.runtime.ray.actors import Gradient
+from mlxe.runtime.ray.run import POLL_S, RayRun
+from mlxe.runtime.ray.server import ParameterServer, WeightHistory, make_combiner
+
+LOSS_KEYS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
+
+
+def run_async_gradients(run: RayRun) -> str:
+    """Train until a stop condition; returns the stop reason."""
+    import torch
+
+    from mlxe.algos.a3c import A3CLearner
+
+    cfg, trainer, pool = run.cfg, run.trainer, run.executors
+    torch.set_num_threads(cfg.torch_threads)
+    algo = A3CLearner(cfg.algo, run.spec, run.seeds.learner)
+    if "learner" in run.restored:
+        algo.load_state_dict(run.restored["learner"])
+    history = WeightHistory(cfg.ray.dc_history)
+    combiner = make_combiner(cfg.ray, history)
+    server = ParameterServer(algo, combiner, history)
+    algo.begin_iteration(trainer.episodes)
+    run.weights.publish(server.weights(), server.version)
+    depth = 2 if cfg.ray.hogwild else 1
+
+    def roles() -> dict:
+        return {"learner": algo.state_dict(), "executors": pool.states()}
+
+    def dispatch() -> None:
+        for i in range(run.n):
+            for _ in range(depth - pool.busy(i)):
+                pool.call(i, "step", *run.weights.latest())
+
+    evaluate = run.evaluator(server.weights)
+    infos: list[dict[str, float]] = []
+    episodes, updates_before = 0, algo.updates
+    dispatch()
+    while trainer.check_stop() is None:
+        for _, _, reply in pool.poll(POLL_S):
+            if isinstance(reply, Gradient):
+                run.stats.lagged(server.version - reply.version)
+                server.submit(reply.grad, reply.version)
+                infos.append(reply.info)
+                continue
+            if run.beats_best(reply) and server.adopt(reply.weights_version):
+                run.stats.adopted += 1
+            trainer.on_episode(reply)
+            run.stats.used(reply.executor, None)
+            episodes += 1
+        run.stats.rejected = combiner.rejected
+        if server.version != run.weights.version:
+            # Once per poll, not per update: versions applied back to back were never sent to anyone.
+            run.weights.publish(server.weights(), server.version)
+        dispatch()
+        run.tick()
+        if episodes >= run.n:
+            algo.begin_iteration(trainer.episodes)
+            info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
+            info["lr"] = algo.optimizer.param_groups[0]["lr"]
+            run.close_iteration(algo.updates - updates_before, info, evaluate, roles)
+            infos, episodes, updates_before = [], 0, algo.updates
+    return trainer.finish(roles)

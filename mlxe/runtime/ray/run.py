@@ -1,0 +1,166 @@
+"""``backend: ray``: connect, place the Executor actors, run the schedule of ``ray.mode``.
+
+The three boundaries hold as on the local backend: the algorithm (:mod:`mlxe.algos.a3c`, the
+Learner, the Memorizer) is the same code; each mode is a schedule in its own module
+(:mod:`.sync`, :mod:`.experience`, :mod:`.gradients`); the transport is Ray (actors for the
+Executors, the object store for the weights). The driver process, where ``mlxe train`` runs, keeps
+the Learner (or the parameter server), the Trainer and the run directory, so checkpoints and
+``--resume`` work exactly as locally.
+
+Weights travel once per version: :class:`Publisher` puts each version into the object store and
+every call to an Executor carries the version number and the ObjectRef (never the array); an actor
+fetches only versions newer than the one it holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mlxe.config import Config
+from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.architectures.common import Seeds, evaluate_weights, problem_spec
+from mlxe.runtime.ray.actors import ExecutorActor
+from mlxe.runtime.ray.server import WeightHistory
+from mlxe.runtime.ray.stats import RunStats
+from mlxe.runtime.trainer import Trainer
+
+if TYPE_CHECKING:
+    from mlxe.runtime.ray.pool import ExecutorSet
+
+POLL_S = 0.2  # how often a waiting driver looks at Ctrl-C, the wall-time limit and status.json
+
+
+class Publisher:
+    """Versioned weights in the object store: ``publish(vector) -> version`` (one ``ray.put``),
+    ``latest() -> (version, [ref])``. Keeps the last ``keep`` vectors for best-score promotion."""
+
+    def __init__(self, keep: int = 0) -> None:
+        self.version = 0
+        self._box: list = [None]
+        self.history = WeightHistory(keep) if keep else None
+
+    def publish(self, vector: np.ndarray, version: int | None = None) -> int:
+        import ray
+
+        self.version = self.version + 1 if version is None else version
+        self._box = [ray.put(vector)]  # a new list: calls already sent keep the ref they were given
+        if self.history is not None:
+            self.history.add(self.version, vector)
+        return self.version
+
+    def latest(self) -> tuple[int, list]:
+        return self.version, self._box
+
+
+@dataclass
+class RayRun:
+    """What every schedule gets: the config (executors resolved), counters, actors, weights, stats."""
+
+    cfg: Config
+    trainer: Trainer
+    spec: NetSpec
+    seeds: Seeds
+    executors: ExecutorSet
+    weights: Publisher
+    stats: RunStats
+    restored: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.executors.n
+
+    def tick(self) -> None:
+        """Between polls: refresh the display columns and (throttled) status.json."""
+        self.stats.weights_version = self.weights.version
+        self.trainer.display_extra = self.stats.display()
+        self.stats.write(self.trainer)
+
+    def close_iteration(self, updates: int, info: dict[str, float], evaluate, roles) -> None:
+        """The Trainer's iteration end (metrics, display, checkpoint) with the run-wide counters."""
+        self.stats.weights_version = self.weights.version
+        info.update(self.stats.iteration_info())
+        self.trainer.display_extra = self.stats.display()
+        self.trainer.close_iteration(updates, info, evaluate, roles)
+        self.stats.write(self.trainer)
+
+    def evaluator(self, weights):
+        """The Trainer's evaluation callback: greedy episodes with ``weights()`` in the driver."""
+        cfg = self.cfg
+
+        def evaluate() -> float:
+            return evaluate_weights(cfg, weights(), cfg.stop.eval_episodes, self.seeds.evaluation)["mean_return"]
+
+        return evaluate
+
+    def beats_best(self, episode) -> bool:
+        """Best-score promotion (``ray.promote_best``): does ``episode`` beat every earlier one?
+        Call before ``trainer.on_episode`` counts it."""
+        stats = self.trainer.stats
+        return self.cfg.ray.promote_best and stats.episodes > 0 and episode.total_return > stats.best_return
+
+
+def run_ray(cfg: Config, trainer: Trainer, actor_class: type = ExecutorActor) -> str:
+    """Train on Ray until a stop condition; returns the stop reason. ``actor_class``: the Executor
+    actor (a subclass of :class:`ExecutorActor`; tests use slow ones)."""
+    from mlxe.runtime.ray.backend import Placement, connect, resolve_executors
+    from mlxe.runtime.ray.pool import ExecutorSet
+
+    with connect(cfg) as where:
+        n = resolve_executors(cfg)
+        cfg = replace(cfg, executors=n)
+        trainer.cfg = cfg  # the summary reports the resolved count
+        spec = problem_spec(cfg)
+        seeds = Seeds.derive(cfg.seed, n)
+        stats = RunStats(trainer.run_dir, cfg.ray.mode, where, n, cfg.ray.status_every)
+        restored = trainer.restored or {}
+        states = restored.get("executors")
+        if states is not None and len(states) != n:
+            states = None  # resumed with another executor count: fresh RNG streams
+        tag = f"mlxe-{trainer.run_dir.name}-{uuid.uuid4().hex[:6]}-"
+        placement = Placement(cfg, n, tag + "executors")
+        try:
+            executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag)
+            publisher = Publisher(cfg.ray.dc_history if cfg.ray.promote_best else 0)
+            run = RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored)
+            state = "failed"
+            try:
+                reason = _schedule(cfg.ray.mode)(run)
+                state = "finished"
+                return reason
+            finally:
+                executors.close()
+                stats.weights_version = publisher.version
+                stats.write(trainer, state, force=True)
+        finally:
+            placement.remove()
+
+
+def _schedule(mode: str):
+    if mode == "sync":
+        from mlxe.runtime.ray.sync import run_sync
+
+        return run_sync
+    if mode == "async_experience":
+        from mlxe.runtime.ray.experience import run_async_experience
+
+        return run_async_experience
+    from mlxe.runtime.ray.gradients import run_async_gradients
+
+    return run_async_gradients
+
+
+def adopt_into_learner(run: RayRun, learner, version: int) -> None:
+    """Best-score promotion of the Learner-based modes: the main model takes the weights of
+    ``version`` (if still kept; the current version has nothing to adopt)."""
+    import torch
+
+    history = run.weights.history
+    weights = history.get(version) if history is not None else None
+    if weights is None or version == run.weights.version:
+        return
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()), learner.algo.main.parameters())
+    run.stats.adopted += 1

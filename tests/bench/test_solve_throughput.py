@@ -1,0 +1,67 @@
+"""``mlxe bench solve`` and ``mlxe bench throughput`` (Stable-Baselines3 stood in for by a stub)."""
+
+import json
+import stat
+
+import pytest
+
+from mlxe.bench.solve import bench_solve
+from mlxe.bench.throughput import acting_only, bench_throughput
+
+SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "algo.batch_size=64",
+         "ppo.epochs=2", "stop.eval_every=2"]
+
+
+@pytest.fixture
+def fake_sb3(tmp_path):
+    """An 'interpreter' that answers the SB3 runner's tasks with fixed results, logging its arguments."""
+    log = tmp_path / "sb3-calls.txt"
+    script = tmp_path / "fake-python"
+    script.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+case "$2" in
+  solve) echo '{{"goal_reached": true, "env_steps": 1000, "train_s": 4.0, "eval_s": 1.0, "eval_return": 480.0, "n_envs": 8}}' ;;
+  throughput) echo '{{"env_steps": 5000, "wall_s": 2.0, "steps_per_s": 2500.0, "n_envs": 8}}' ;;
+  *) echo '{{}}' ;;
+esac
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, log
+
+
+def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake_sb3):
+    python, log = fake_sb3
+    path = bench_solve("CartPole-v1", "ppo", seeds=2, sb3_python=str(python), overrides=SMALL,
+                       out_dir=tmp_path / "out", max_steps=640)
+    text = path.read_text()
+    assert "| MLxE | 0/2 |" in text  # 640 steps do not solve CartPole: reported, not hidden
+    assert "| Stable-Baselines3 (RL-Zoo) | 2/2 | 1,000 [1,000-1,000] | 4.00 [4.00-4.00] |" in text
+    calls = log.read_text().splitlines()
+    # every 2 iterations of 1 x 4 x 16 steps, for both sides
+    assert sum("--eval-every=128" in c and "--threshold=475.0" in c for c in calls) == 2
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["env_steps"] for r in results["mlxe"]] == [640, 640]
+    assert all(r["train_s"] > 0 and r["eval_s"] > 0 for r in results["mlxe"])
+    assert results["startup_s"]["mlxe"] > 0
+
+
+def test_solve_rejects_an_env_without_threshold(tmp_path):
+    with pytest.raises(ValueError, match="no solve threshold for 'Acrobot-v1'"):
+        bench_solve("Acrobot-v1", "ppo", out_dir=tmp_path)
+
+
+def test_throughput_tables_whole_loop_against_sb3_and_acting_against_the_floor(tmp_path, fake_sb3):
+    python, _ = fake_sb3
+    path = bench_throughput(executors=[1], envs=[4], archs=["is", "oa"], acting_envs=[16], steps=1024,
+                            sb3_python=str(python), overrides=SMALL[:1] + SMALL[3:5], out_dir=tmp_path)
+    text = path.read_text()
+    assert "| SB3 PPO | - | 8 | 2,500 | 1.00 |" in text
+    assert "| IS | 1 | 4 |" in text and "| OA | 1 | 4 |" in text
+    rows = json.loads((tmp_path / "results.json").read_text())["whole_loop"]
+    assert all(r["env_steps"] == 1024 and r["steps_per_s"] > 0 for r in rows)
+
+
+def test_acting_only_measures_collect_and_the_bare_loop():
+    r = acting_only("configs/cartpole_ppo.yaml", num_envs=8, seconds=0.2)
+    assert r["collect_steps_per_s"] > 1000 and r["floor_steps_per_s"] > 1000
+    assert r["fraction"] == pytest.approx(r["collect_steps_per_s"] / r["floor_steps_per_s"])

@@ -1,0 +1,134 @@
+"""The Ray backend on a local Ray of 2 CPUs (one ray.init for the module): every mode trains
+CartPole, stragglers and lagging data are dropped and counted, dead actors are replaced, runs resume."""
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import mlxe  # noqa: E402
+from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
+from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
+from mlxe.telemetry.metrics import read_csv  # noqa: E402
+from tests.runtime.ray.helpers import status, train_with  # noqa: E402
+from tests.runtime.ray.slow import Paced, SlowSecond  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_config(make_config):
+    return lambda *overrides: make_config("backend=ray", "ray.status_every=0.1", *overrides)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["ray.mode=sync"],
+        ["ray.mode=async_experience"],
+        ["ray.mode=async_gradients", "ray.combine=dc"],
+        ["ray.mode=async_gradients", "ray.combine=average", "ray.hogwild=true", "ray.promote_best=true"],
+    ],
+    ids=["sync", "async_experience", "async_gradients-dc", "async_gradients-average-hogwild"],
+)
+def test_every_mode_trains_cartpole(ray_config, mode):
+    result = mlxe.train(ray_config(*mode, "stop.max_episodes=12"))
+    s = result.summary
+    assert s["stop_reason"] == "max_episodes" and s["episodes"] >= 12 and s["updates"] > 0
+    assert s["executors"] == 2 and (result.run_dir / "checkpoints" / "last.pt").is_file()
+    metrics = read_csv(result.run_dir / "metrics.csv")
+    assert {"weights_version", "dropped", "rejected", "restarts", "lag", "loss"} <= set(metrics)
+    assert np.all(np.diff(metrics["weights_version"]) > 0)
+    st = status(result.run_dir)
+    assert st["state"] == "finished" and st["episodes"] == s["episodes"] and st["stop_reason"] == "max_episodes"
+    assert [e["state"] for e in st["executors"]] == ["done", "done"]
+    assert sum(e["episodes"] for e in st["executors"]) == s["episodes"]
+
+
+def test_sync_replays_the_local_is_run(ray_config, make_config):
+    budget = ["stop.max_episodes=8"]
+    on_ray = read_csv(mlxe.train(ray_config(*budget)).run_dir / "episodes.csv")
+    local = read_csv(mlxe.train(make_config(*budget)).run_dir / "episodes.csv")
+    np.testing.assert_array_equal(on_ray["length"], local["length"])
+    np.testing.assert_array_equal(on_ray["return"], local["return"])
+
+
+def test_sync_proceeds_past_a_slow_executor_and_drops_its_stale_result(ray_config):
+    cfg = ray_config("ray.min_finished_workers=1", "ray.max_extra_recv_tries=1", "ray.extra_recv_timeout=0.2",
+                     "stop.max_episodes=20")
+    run_dir, summary = train_with(cfg, SlowSecond)
+    st = status(run_dir)
+    assert summary["stop_reason"] == "max_episodes"
+    assert st["dropped"] >= 1  # executor 1's episodes come in after the iteration they were played for
+    fast, slow = st["executors"]
+    assert fast["episodes"] >= 15 and slow["episodes"] < fast["episodes"]
+    assert read_csv(run_dir / "metrics.csv")["dropped"][-1] == st["dropped"]
+
+
+def test_async_experience_rejects_data_beyond_max_lag(ray_config):
+    cfg = ray_config("ray.mode=async_experience", "ray.max_lag=0", "stop.max_episodes=16")
+    run_dir, summary = train_with(cfg, SlowSecond)
+    st = status(run_dir)
+    assert summary["stop_reason"] == "max_episodes"
+    assert st["rejected"] >= 1 and read_csv(run_dir / "metrics.csv")["rejected"][-1] == st["rejected"]
+    assert st["executors"][1]["episodes"] < st["executors"][0]["episodes"]
+
+
+def test_a_killed_executor_is_replaced_and_the_run_finishes(ray_config):
+    cfg = ray_config("stop.max_episodes=40")
+    killed = []
+
+    def kill_executor_0() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            for path in Path(cfg.run.dir).glob("*/status.json"):
+                st = status(path.parent)
+                if st["iteration"] >= 2 and st["executors"][0]["state"] == "running":
+                    ray.kill(ray.get_actor(st["executors"][0]["name"]))
+                    killed.append(st["executors"][0]["name"])
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_executor_0)
+    killer.start()
+    try:
+        run_dir, summary = train_with(cfg, Paced)
+    finally:
+        killer.join()
+    assert killed, "the run ended before executor 0 could be killed"
+    st = status(run_dir)
+    assert summary["stop_reason"] == "max_episodes" and summary["episodes"] >= 40
+    assert st["executors"][0]["restarts"] == 1 and st["executors"][0]["name"] != killed[0]
+    assert st["restarts"] == 1 and read_csv(run_dir / "metrics.csv")["restarts"][-1] == 1
+
+
+def test_resume_continues_a_ray_run(ray_config):
+    first = mlxe.train(ray_config("ray.mode=async_experience", "stop.max_episodes=6"))
+    before = load_checkpoint(first.run_dir)
+    assert len(before["executors"]) == 2
+    more = mlxe.train(overrides=["stop.max_episodes=12"], resume=first.run_dir)
+    assert more.summary["episodes"] >= 12 and more.summary["updates"] > first.summary["updates"]
+    iterations = read_csv(first.run_dir / "metrics.csv")["iteration"]
+    np.testing.assert_array_equal(iterations, np.arange(1, len(iterations) + 1))
+
+
+def test_an_executor_that_raises_stops_the_run_with_its_error(ray_config):
+    cfg = ray_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 7}",
+                     "env.task.enabled=false", "stop.max_episodes=10")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: RuntimeError: boom at step 7"):
+        mlxe.train(cfg)
+
+
+def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(ray_config):
+    cfg = ray_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 3, hard: true}",
+                     "env.task.enabled=false", "stop.max_episodes=10", "ray.max_restarts=1")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died 2 times \(ray.max_restarts=1\)"):
+        mlxe.train(cfg)
