@@ -130,7 +130,10 @@ def evaluate(
     model.load_state_dict(state["learner"]["main"])  # every learner keeps its trained model as "main"
     seed = config.seed if seed is None else seed
     if config.algo.name in ON_POLICY:
+        from mlxe.envs.filters import Filters
         from mlxe.runtime.evaluation import evaluate_vectorized
 
-        return evaluate_vectorized(config, spec, flat_weights(model), episodes, seed)
+        filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with
+        filters.load_state_dict(state.get("filters") or {})
+        return evaluate_vectorized(config, spec, flat_weights(model), episodes, seed, filters.normalize_obs)
     return evaluate_weights(config, flat_weights(model), episodes, seed)

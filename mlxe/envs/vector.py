@@ -65,3 +65,6 @@ class CartPoleVec:
             self.state[done] = self._sample_starts(int(done.sum()))
             self.steps[done] = 0
         return self.state.astype(np.float32), np.ones(self.num_envs, np.float32), terminated, truncated, final_obs
+
+    def close(self) -> None:
+        """Nothing to release (the common interface of MLxE's vector envs)."""

@@ -40,9 +40,7 @@ def evaluate_vectorized(
         returns[running] += reward[running]
         lengths[running] += 1
         running &= ~(terminated | truncated)
-    close = getattr(env, "close", None)
-    if close is not None:
-        close()
+    env.close()
     return {
         "episodes": episodes,
         "mean_return": float(returns.mean()),

@@ -5,6 +5,11 @@ continuous (seed 004): an environment whose episode ends is reset at once by the
 truncated episode bootstraps from V(final observation), and GAE never crosses an episode or
 environment boundary. Rollouts are turned into flat training batches here, in the Executor's
 process, so the Learner only learns.
+
+With ``filters`` on, the policy sees normalized observations and learns from scaled rewards
+(:class:`~mlxe.envs.filters.Filters`): each rollout starts from the run-wide statistics the Learner
+sent and returns the statistics of what it saw, for the Learner to merge. Episode returns are
+always reported in the environment's own rewards.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import numpy as np
 
 from mlxe.algos import on_policy
 from mlxe.algos.ppo import PPOActor
+from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
 from mlxe.runtime.executor import Episode, env_dims, make_env_from_config, net_spec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -55,6 +61,9 @@ class GymVec:
                 final[i] = info["final_obs"][i]
         return np.asarray(obs, np.float32), np.asarray(reward, np.float32), terminated, truncated, final
 
+    def close(self) -> None:
+        self.env.close()
+
 
 def make_vector_env(cfg, num_envs: int, seed: int):
     """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env."""
@@ -80,18 +89,27 @@ class RolloutExecutor:
         self.action_dtype = np.float32 if continuous else np.int64
         self.algo = on_policy(cfg.algo.name)
         self.rng = np.random.default_rng(seed)
-        self.obs = self.env.reset()
+        self.obs = self.env.reset()  # raw observations [E, obs_dim]
         self.ep_length = np.zeros(self.env.num_envs, np.int64)
         self.ep_return = np.zeros(self.env.num_envs, np.float64)
+        self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
+        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current rollout
+        self.discounted_return = np.zeros(self.env.num_envs, np.float64)  # of the reward filter
 
-    def rollout(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
-        """A flat training batch [T*E] with GAE targets, and the episodes that ended meanwhile."""
-        raw, episodes = self.collect()
-        return self.algo.targets(raw, self.cfg), episodes
+    def rollout(self, filters: dict | None = None) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
+        """A flat training batch [T*E] with GAE targets, the episodes that ended meanwhile, and the
+        statistics of this rollout's data (None without filters); ``filters``: the run-wide ones."""
+        raw, episodes = self.collect(filters)
+        return self.algo.targets(raw, self.cfg), episodes, self.fresh.state_dict() if self.filters.enabled else None
 
-    def collect(self) -> tuple[dict[str, np.ndarray], list[Episode]]:
-        """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended."""
+    def collect(self, filters: dict | None = None) -> tuple[dict[str, np.ndarray], list[Episode]]:
+        """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended.
+
+        ``obs`` and ``reward`` are what the algorithm learns from: normalized and scaled with filters on."""
         self.version = self.weights.read_into(self.local, self.version)
+        if filters is not None:
+            self.filters.load_state_dict(filters)
+        self.fresh = Filters(self.cfg, self.env.obs_dim)
         T, E, d = self.cfg.rollout.steps, self.env.num_envs, self.env.obs_dim
         r = {
             "obs": np.zeros((T, E, d), np.float32),
@@ -106,13 +124,15 @@ class RolloutExecutor:
         episodes: list[Episode] = []
         obs = self.obs
         for t in range(T):
-            action, logp, value = self.actor.act(obs, self.rng)
+            seen = self.filters.observe_obs(obs, self.fresh)
+            action, logp, value = self.actor.act(seen, self.rng)
             next_obs, reward, terminated, truncated, final = self.env.step(action)
-            r["obs"][t], r["action"][t], r["logp"][t], r["value"][t] = obs, action, logp, value
-            r["reward"][t], r["terminated"][t], r["truncated"][t] = reward, terminated, truncated
+            ended = terminated | truncated
+            learned = self.filters.observe_rewards(reward, self.discounted_return, ended, self.fresh)
+            r["obs"][t], r["action"][t], r["logp"][t], r["value"][t] = seen, action, logp, value
+            r["reward"][t], r["terminated"][t], r["truncated"][t] = learned, terminated, truncated
             self.ep_length += 1
             self.ep_return += reward
-            ended = terminated | truncated
             if ended.any():
                 for i in np.flatnonzero(ended):
                     episodes.append(
@@ -125,9 +145,10 @@ class RolloutExecutor:
             obs = next_obs
         self.obs = obs
         # V(s_{t+1}): the next row's value, the bootstrap after the rollout, V(final obs) at truncations.
-        r["next_value"] = np.concatenate([r["value"][1:], self.actor.value(obs)[None]], axis=0)
+        normalize = self.filters.normalize_obs
+        r["next_value"] = np.concatenate([r["value"][1:], self.actor.value(normalize(obs))[None]], axis=0)
         for t, envs, final_obs in finals:
-            r["next_value"][t, envs] = self.actor.value(final_obs)
+            r["next_value"][t, envs] = self.actor.value(normalize(final_obs))
         return r, episodes
 
     def state_dict(self) -> dict:
@@ -138,8 +159,8 @@ class RolloutExecutor:
 
 
 def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None) -> None:
-    """A RolloutExecutor behind a channel: ``("rollout",)`` -> ``("rollout", batch, episodes)``;
-    ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
+    """A RolloutExecutor behind a channel: ``("rollout", filters)`` -> ``("rollout", batch, episodes,
+    fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
     executor = RolloutExecutor(cfg, index, weights, seed)
     if state is not None:
         executor.load_state_dict(state)
@@ -150,6 +171,6 @@ def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, st
         if msg[0] == "state":
             channel.send(("state", executor.state_dict()))
         elif msg[0] == "rollout":
-            channel.send(("rollout", *executor.rollout()))
+            channel.send(("rollout", *executor.rollout(msg[1])))
         else:
             raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")

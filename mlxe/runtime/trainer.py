@@ -33,6 +33,8 @@ def _to_torch(obj):
 
     if isinstance(obj, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, np.generic):  # a NumPy scalar (e.g. the statistics of a scalar stream)
+        return obj.item()
     if isinstance(obj, dict):
         return {k: _to_torch(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -97,3 +97,28 @@ def test_gymnasium_vector_env_keeps_final_observations(tmp_path):
     assert terminated.all() and not truncated.any()
     np.testing.assert_array_equal(final, [[3.0], [3.0]])  # the observation the episode ended in
     np.testing.assert_array_equal(obs, [[0.0], [0.0]])  # already the next episode's start
+
+
+def test_filters_normalize_what_the_policy_sees_and_their_statistics_are_run_wide(tmp_path):
+    cfg = ppo_config(tmp_path, "filters.obs=true", "filters.reward=true", "envs_per_executor=3", "rollout.steps=8")
+    ex = executor(cfg)
+    batch, _, fresh = ex.rollout()
+    assert fresh["obs"]["count"] == 24 and fresh["ret"]["count"] == 24  # this rollout's data only
+    assert np.abs(batch["obs"]).max() <= cfg.filters.clip
+    raw, _ = ex.collect(filters=fresh)  # a rollout that starts from given run-wide statistics
+    assert ex.filters.obs.count == 24 + 24 and ex.fresh.obs.count == 24
+    assert not np.allclose(raw["reward"], 1.0)  # CartPole's rewards of 1, scaled
+
+
+def test_filter_statistics_are_checkpointed_merged_and_used_in_evaluation(tmp_path):
+    cfg = ppo_config(tmp_path, "filters.obs=true", "filters.reward=true", "stop.eval_return=null",
+                     "stop.max_env_steps=2048")
+    first = mlxe.train(cfg)
+    state = load_checkpoint(first.run_dir)["filters"]
+    assert state["obs"]["count"] == 2048 and state["ret"]["count"] == 2048  # both Executors' data, merged
+    mlxe.train(overrides=["stop.max_env_steps=3072"], resume=first.run_dir)
+    assert load_checkpoint(first.run_dir)["filters"]["obs"]["count"] == 3072
+    normalized = mlxe.evaluate(first.run_dir, episodes=5, seed=1)
+    plain = mlxe.evaluate(first.run_dir, episodes=5, seed=1, config=load_config(
+        first.run_dir / "config.yaml", ["filters.obs=false"]))
+    assert normalized["lengths"] != plain["lengths"]  # the policy was trained on normalized observations

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from mlxe.config import Config
+from mlxe.envs.filters import Filters
 from mlxe.runtime.architectures.common import Seeds, context
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.executor import net_spec
@@ -42,9 +43,11 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
     n = cfg.num_executors()
     seeds = Seeds.derive(cfg.seed, n)
     learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
+    filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
     restored = trainer.restored
     if restored is not None:
         learner.load_state_dict(restored["learner"])
+        filters.load_state_dict(restored.get("filters") or {})
     weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg))
     weights.publish(learner.weights())
     states = restored.get("executors") if restored else None
@@ -54,19 +57,22 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
     ]
     pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
 
-    def gather(command: str, send: bool = True, again: bool = False) -> list[tuple]:
-        """Each Executor's reply to ``command`` (sent first unless ``send`` is False), in executor
+    def command(name: str) -> tuple:
+        return (name, filters.state_dict()) if name == "rollout" else (name,)
+
+    def gather(name: str, send: bool = True, again: bool = False) -> list[tuple]:
+        """Each Executor's reply to command ``name`` (sent first unless ``send`` is False), in executor
         order; ``again``: send the command anew to each Executor as soon as its reply arrives."""
         if send:
             for i in range(n):
-                pool.send(i, (command,))
+                pool.send(i, command(name))
         replies: list = [None] * n
         while any(r is None for r in replies):
             reply = pool.recv(POLL_S)
             if reply is not None:
                 replies[reply[0]] = reply[1][1:]
                 if again:
-                    pool.send(reply[0], (command,))
+                    pool.send(reply[0], command(name))
         return replies
 
     in_flight = False  # OA: every Executor is playing a rollout that was asked for
@@ -78,7 +84,7 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
             rollouts, pending = pending, None
             if asynchronous:
                 for i in range(n):
-                    pool.send(i, ("rollout",))
+                    pool.send(i, command("rollout"))
         else:  # in executor order: an IS seed replays the same run
             rollouts = gather("rollout", send=not in_flight, again=asynchronous)
         in_flight = asynchronous
@@ -88,10 +94,13 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
         nonlocal in_flight, pending
         if in_flight:  # Executors answer one command at a time: take the rollouts first
             pending, in_flight = gather("rollout", send=False), False
-        return {"learner": learner.state_dict(), "executors": [r[0] for r in gather("state")]}
+        executors = [r[0] for r in gather("state")]
+        return {"learner": learner.state_dict(), "executors": executors, "filters": filters.state_dict()}
 
     def evaluate() -> float:
-        result = evaluate_vectorized(cfg, spec, learner.weights(), cfg.stop.eval_episodes, seeds.evaluation)
+        result = evaluate_vectorized(
+            cfg, spec, learner.weights(), cfg.stop.eval_episodes, seeds.evaluation, filters.normalize_obs
+        )
         return result["mean_return"]
 
     budget = cfg.stop.max_env_steps
@@ -99,11 +108,13 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
         while trainer.check_stop() is None:
             t0 = time.perf_counter()
             rollouts = next_rollouts()
-            for _, episodes in rollouts:
+            for _, episodes, fresh in rollouts:
                 for episode in episodes:
                     trainer.on_episode(episode, count_steps=False)  # episodes span rollouts
-            trainer.env_steps += sum(len(b["action"]) for b, _ in rollouts)
-            batch = {k: np.concatenate([b[k] for b, _ in rollouts]) for k in rollouts[0][0]}
+                if fresh is not None:
+                    filters.merge(fresh)
+            trainer.env_steps += sum(len(b["action"]) for b, _, _ in rollouts)
+            batch = {k: np.concatenate([b[k] for b, _, _ in rollouts]) for k in rollouts[0][0]}
             t1 = time.perf_counter()
             progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
             before = learner.updates
