@@ -66,7 +66,8 @@ def solve(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.vec_env import VecNormalize
 
     model, n_envs, normalize = build(args.algo, args.env, args.seed)
-    eval_env = make_vec_env(args.env, n_envs=1, seed=args.seed + 10_000)
+    # one environment per evaluation episode, played side by side (as MLxE's evaluation does)
+    eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000)
     if normalize:
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
 
