@@ -42,20 +42,26 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
     spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
     n = cfg.num_executors()
     seeds = Seeds.derive(cfg.seed, n)
-    learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
     filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
     restored = trainer.restored
-    if restored is not None:
-        learner.load_state_dict(restored["learner"])
-        filters.load_state_dict(restored.get("filters") or {})
     weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg))
-    weights.publish(learner.weights())
     states = restored.get("executors") if restored else None
     workers = [
         (f"executor-{i}", rollout_loop, (cfg, i, weights, seeds.executors[i], states[i] if states else None))
         for i in range(n)
     ]
+    # Executors first: their processes start up while the Learner is built (its first optimizer
+    # imports torch._dynamo, ~1.3 s); they read the weights only when told to play.
     pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
+    try:
+        learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
+        if restored is not None:
+            learner.load_state_dict(restored["learner"])
+            filters.load_state_dict(restored.get("filters") or {})
+        weights.publish(learner.weights())
+    except BaseException:
+        pool.close()
+        raise
 
     def command(name: str) -> tuple:
         return (name, filters.state_dict()) if name == "rollout" else (name,)
