@@ -16,21 +16,13 @@ from __future__ import annotations
 
 import time
 
-from mlxe.runtime.learner import Learner
-from mlxe.runtime.memorizer import Memorizer
 from mlxe.runtime.ray.run import POLL_S, RayRun, adopt_into_learner
 
 
 def run_async_experience(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
     cfg, trainer, pool = run.cfg, run.trainer, run.executors
-    learner = Learner(cfg, run.spec, run.seeds.learner)
-    memorizer = Memorizer(cfg, run.spec, run.n, run.seeds.memorizer)
-    if "learner" in run.restored:
-        learner.load_state_dict(run.restored["learner"])
-    if "memorizer" in run.restored:
-        memorizer.load_state_dict(run.restored["memorizer"])
-    learner.publish(run.weights)
+    learner, memorizer = run.learner_and_memorizer()
 
     def roles() -> dict:
         return {"learner": learner.state_dict(), "memorizer": memorizer.state_dict(), "executors": pool.states()}

@@ -87,6 +87,21 @@ class RayRun:
         self.trainer.close_iteration(updates, info, evaluate, roles)
         self.stats.write(self.trainer)
 
+    def learner_and_memorizer(self):
+        """The driver's Learner and Memorizer (restored from the checkpoint, if any), with the
+        Learner's weights published as the first version."""
+        from mlxe.runtime.learner import Learner
+        from mlxe.runtime.memorizer import Memorizer
+
+        learner = Learner(self.cfg, self.spec, self.seeds.learner)
+        memorizer = Memorizer(self.cfg, self.spec, self.n, self.seeds.memorizer)
+        if "learner" in self.restored:
+            learner.load_state_dict(self.restored["learner"])
+        if "memorizer" in self.restored:
+            memorizer.load_state_dict(self.restored["memorizer"])
+        learner.publish(self.weights)
+        return learner, memorizer
+
     def evaluator(self, weights):
         """The Trainer's evaluation callback: greedy episodes with ``weights()`` in the driver."""
         cfg = self.cfg

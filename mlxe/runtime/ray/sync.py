@@ -17,8 +17,6 @@ from __future__ import annotations
 import time
 
 from mlxe.runtime.executor import Episode
-from mlxe.runtime.learner import Learner
-from mlxe.runtime.memorizer import Memorizer
 from mlxe.runtime.ray.run import POLL_S, RayRun, adopt_into_learner
 
 
@@ -65,13 +63,7 @@ def _collect(run: RayRun, need: int) -> list[Episode]:
 def run_sync(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
     cfg, trainer = run.cfg, run.trainer
-    learner = Learner(cfg, run.spec, run.seeds.learner)
-    memorizer = Memorizer(cfg, run.spec, run.n, run.seeds.memorizer)
-    if "learner" in run.restored:
-        learner.load_state_dict(run.restored["learner"])
-    if "memorizer" in run.restored:
-        memorizer.load_state_dict(run.restored["memorizer"])
-    learner.publish(run.weights)
+    learner, memorizer = run.learner_and_memorizer()
     need = min(cfg.ray.min_finished_workers or run.n, run.n)
 
     def roles() -> dict:
