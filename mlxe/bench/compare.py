@@ -18,7 +18,8 @@ METRICS = [("episodes", "episodes"), ("updates", "model updates"), ("env_steps",
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
 
 
-def _fmt(values: list[float], digits: int) -> str:
+def median_range(values: list[float], digits: int) -> str:
+    """``median [min-max]`` of ``values`` with thousands separators (``n/a`` if empty)."""
     if not values:
         return "n/a"
     med, lo, hi = np.median(values), np.min(values), np.max(values)
@@ -31,7 +32,7 @@ def markdown_table(results: dict[str, list[dict]], label: str = "variant") -> st
     lines = [header, "|" + "---|" * (3 + len(METRICS))]
     for name, runs in results.items():
         ok = [r for r in runs if r["goal_reached"]]
-        cells = [_fmt([r[key] for r in ok], 1 if key == "wall_s" else 0) for key, _ in METRICS]
+        cells = [median_range([r[key] for r in ok], 1 if key == "wall_s" else 0) for key, _ in METRICS]
         executors = runs[0]["executors"] if runs else "-"
         lines.append(f"| {name} | {executors} | {len(ok)}/{len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir
+from mlxe.bench.compare import QUIET, bench_dir, median_range
 
 THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
 CONFIGS = {
@@ -52,12 +52,6 @@ def process_seconds(command: list[str]) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
     return time.perf_counter() - started
-
-
-def _cell(values: list[float], digits: int) -> str:
-    if not values:
-        return "n/a"
-    return f"{np.median(values):,.{digits}f} [{np.min(values):,.{digits}f}-{np.max(values):,.{digits}f}]"
 
 
 def _ratio(ours: list[float], theirs: list[float]) -> str:
@@ -144,8 +138,8 @@ def bench_solve(
     for side in sides:
         ok = column(side, "env_steps")
         lines.append(
-            f"| {names[side]} | {len(ok)}/{len(results[side])} | {_cell(ok, 0)} | "
-            f"{_cell(column(side, 'train_s'), 2)} | {startup[side]:.2f} |"
+            f"| {names[side]} | {len(ok)}/{len(results[side])} | {median_range(ok, 0)} | "
+            f"{median_range(column(side, 'train_s'), 2)} | {startup[side]:.2f} |"
         )
     if sb3_python:
         lines += [
