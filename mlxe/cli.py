@@ -85,7 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         out = bench_solve(
             args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
-            overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
+            sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
         )
     elif args.bench == "throughput":
         from mlxe.bench.throughput import bench_throughput
@@ -168,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of each run")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
-    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo.yaml")
+    b.add_argument("--sb3-hp", action="append", default=[], metavar="KEY=VALUE",
+                   help="replace one of RL-Zoo's hyper-parameters of the Stable-Baselines3 side (repeatable)")
+    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_zoo.yaml")
     b.add_argument("--executors", default="1,2,4", help="comma-separated Executor counts")
     b.add_argument("--envs", default="8", help="comma-separated environments per Executor")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")

@@ -33,6 +33,7 @@ _Loader.add_implicit_resolver(
 
 
 ON_POLICY = ("ppo", "a2c", "pg")  # the algorithms that learn from vectorized rollouts
+DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?|auto")  # spellings of `device` (availability: mlxe.algos.device)
 
 
 class ConfigError(ValueError):
@@ -225,6 +226,9 @@ class Config:
     envs_per_executor: int = 1  # on-policy algorithms: environments each Executor steps in one batch
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
     torch_threads: int = 1  # intra-op threads of each role; small models gain nothing from more
+    # The Learner's torch device: cpu, cuda, cuda:N, or auto (cuda where torch sees one, else cpu).
+    # Executors and evaluation act in NumPy on the CPU either way, from the published weights.
+    device: str = "cpu"
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -351,6 +355,8 @@ def _check_ranges(cfg: Config) -> None:
     for key, value in positive.items():
         if value is not None and value <= 0:
             raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
+    if not DEVICE.fullmatch(cfg.device):
+        raise ConfigError(f"device: {cfg.device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
     if not isinstance(cfg.executors, str) and cfg.executors < 1:
         raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer >= 1")
     for key in ("gamma", "lr_decay"):
@@ -388,11 +394,12 @@ def _check_ranges(cfg: Config) -> None:
 def _check_ray(cfg: Config) -> None:
     """The Ray backend's combinations and ranges (checked only with ``backend: ray``)."""
     r = cfg.ray
-    if cfg.algo.name != "a3c":
-        raise ConfigError(f"algo.name: {cfg.algo.name!r} is not allowed with backend 'ray' yet; expected 'a3c'")
-    if cfg.arch != "is":
+    if cfg.algo.name in ON_POLICY:
+        _check_ray_on_policy(cfg)
+    elif cfg.arch != "is":
         raise ConfigError(
-            f"arch: {cfg.arch!r} is not allowed with backend 'ray'; expected 'is' (ray.mode chooses the schedule)"
+            f"arch: {cfg.arch!r} is not allowed with backend 'ray' and algo.name 'a3c'; expected 'is' "
+            "(ray.mode chooses the schedule)"
         )
     if r.mode == "async_gradients" and cfg.algo.promote_best_every is not None:
         raise ConfigError(
@@ -414,6 +421,28 @@ def _check_ray(cfg: Config) -> None:
             raise ConfigError(
                 f"ray.min_finished_workers: {r.min_finished_workers} is not allowed; "
                 f"expected <= executors ({cfg.executors})"
+            )
+
+
+def _check_ray_on_policy(cfg: Config) -> None:
+    """The on-policy family on Ray runs the local IS / OA schedule: ``arch`` chooses it, and the
+    A3C schedules' settings do not apply (every rollout of an iteration is trained)."""
+    name, r, defaults = cfg.algo.name, cfg.ray, RayConfig()
+    if cfg.arch not in ("is", "oa"):
+        raise ConfigError(
+            f"arch: {cfg.arch!r} is not allowed with backend 'ray' and algo.name {name!r}; expected 'is' or 'oa'"
+        )
+    if r.mode != "sync":
+        raise ConfigError(
+            f"ray.mode: {r.mode!r} is not allowed with algo.name {name!r}; expected 'sync' "
+            "(async_experience and async_gradients are A3C schedules; arch chooses the on-policy one)"
+        )
+    for key in ("min_finished_workers", "max_extra_recv_tries", "promote_best"):
+        value, default = getattr(r, key), getattr(defaults, key)
+        if value != default:
+            raise ConfigError(
+                f"ray.{key}: {value!r} is not allowed with algo.name {name!r}; expected {default!r} "
+                "(it applies to A3C's episodes, not to on-policy rollouts)"
             )
 
 

@@ -375,6 +375,24 @@ def test_keep_last_steps_equal_capacity_ok():
     assert cfg.memory.keep_last_steps == 100
 
 
+@pytest.mark.parametrize("value", ["cpu", "cuda", "cuda:0", "cuda:12", "auto"])
+def test_device_spellings_are_accepted(value):
+    assert load_config(overrides=[f"device={value}"]).device == value
+
+
+def test_device_defaults_to_cpu():
+    assert Config().device == "cpu" and load_config().device == "cpu"
+
+
+@pytest.mark.parametrize("value", ["gpu", "CUDA", "cuda:-1", "cuda:x", "cuda0", "cpu:0", "mps", ""])
+def test_device_bad_spelling_names_key_value_and_allowed(value):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[f"device={value}"])
+    msg = str(e.value)
+    assert msg.startswith(f"device: {value!r} is not allowed")
+    assert "'cpu', 'cuda', 'cuda:N' or 'auto'" in msg
+
+
 # --------------------------------------------------------------------------- save / load
 
 
@@ -459,7 +477,7 @@ def test_ray_section_defaults_and_overrides():
         (["ray.executors_per_node=0"], r"ray\.executors_per_node"),
         (["executors=2", "ray.min_finished_workers=3"], r"ray\.min_finished_workers: 3 is not allowed; expected <= executors \(2\)"),
         (["arch=oa"], r"arch: 'oa' is not allowed with backend 'ray'"),
-        (["algo.name=ppo"], r"algo\.name: 'ppo' is not allowed with backend 'ray'"),
+        (["algo.name=ppo", "arch=istb"], r"arch: 'istb' is not allowed with backend 'ray' and algo\.name 'ppo'"),
         (["ray.mode=async_gradients", "algo.promote_best_every=5"], r"algo\.promote_best_every.*ray\.promote_best"),
     ],
 )

@@ -44,7 +44,7 @@ class A2CLearner(PPOLearner):
         policy_loss = -(logp * mb["advantage"]).mean()
         value_loss = F.mse_loss(value, mb["ret"])
         loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy
-        zero = torch.zeros(())
+        zero = logp.new_zeros(())  # on the Learner's device, as the other stats
         return loss, (value_loss, policy_loss, entropy, zero, zero, torch.ones_like(logp))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import discounted_returns
 from mlxe.envs.cartpole_task import failure_discounts
@@ -87,10 +88,12 @@ class LearnerInfo:
 class A3CLearner:
     """The learning side: a main model trained on replayed steps, a target model frozen per iteration.
 
-    ``cfg`` is the ``algo`` section of the run config (:class:`mlxe.config.AlgoConfig`).
+    ``cfg`` is the ``algo`` section of the run config (:class:`mlxe.config.AlgoConfig`); ``device``
+    the run config's ``device``, where the models and optimizer live (batches arrive and weights
+    leave as NumPy arrays).
     """
 
-    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+    def __init__(self, cfg, spec: NetSpec, seed: int, device: str = "cpu") -> None:
         import torch
 
         torch.manual_seed(seed)
@@ -98,8 +101,9 @@ class A3CLearner:
 
         self.cfg = cfg
         self.spec = spec
-        self.main = build_torch(spec)
-        self.target = build_torch(spec)
+        self.device = resolve_device(device)
+        self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
+        self.target = build_torch(spec).to(self.device)
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=cfg.lr, foreach=True)
@@ -128,24 +132,25 @@ class A3CLearner:
         Returns (loss, (value loss, policy loss, entropy))."""
         import torch
 
-        obs = torch.as_tensor(batch["obs"])
-        action = torch.as_tensor(batch["action"])
-        logits, value = self.main(obs)
-        logp, entropy = categorical(logits, action)
+        def field(key: str):  # each field the loss reads, moved to the device once
+            return torch.as_tensor(batch[key], device=self.device)
+
+        logits, value = self.main(field("obs"))
+        logp, entropy = categorical(logits, field("action"))
         if self.cfg.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
-            target = torch.as_tensor(batch["vs"])
-            advantage = torch.as_tensor(batch["pg_adv"])
+            target = field("vs")
+            advantage = field("pg_adv")
         else:
-            target = torch.as_tensor(batch["ret"])
+            target = field("ret")
             advantage = (target - value).detach()
             if self.cfg.off_policy == "truncated_is":  # replayed steps came from an older policy
-                rho = torch.exp(logp.detach() - torch.as_tensor(batch["logp"])).clamp(max=1.0)
+                rho = torch.exp(logp.detach() - field("logp")).clamp(max=1.0)
                 advantage = advantage * rho
         value_loss = (target - value).pow(2)
         policy_loss = -logp * advantage  # CE(a) * stopgrad(advantage)
         per_sample = self.cfg.value_coef * value_loss + policy_loss - self.cfg.entropy_coef * entropy
         if "weight" in batch:
-            per_sample = per_sample * torch.as_tensor(batch["weight"])
+            per_sample = per_sample * field("weight")
         info = (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
         return per_sample.mean(), info
 
@@ -162,24 +167,26 @@ class A3CLearner:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
         self.optimizer.step()
         self.updates += 1
-        return LearnerInfo(
-            loss.item(), value_loss.item(), policy_loss.item(), entropy.item(), grad_norm.item()
-        )
+        # one read of the device for the five numbers
+        return LearnerInfo(*torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm]).tolist())
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:
-        """The main model as the flat float32 vector Executors act with."""
+        """The main model as the flat float32 vector (CPU, NumPy) Executors act with."""
         return flat_weights(self.main)
 
     def state_dict(self) -> dict:
+        """Models, optimizer and counter, tensors on the CPU (a checkpoint resumes on any device)."""
         return {
-            "main": self.main.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "main": to_cpu(self.main.state_dict()),
+            "target": to_cpu(self.target.state_dict()),
+            "optimizer": to_cpu(self.optimizer.state_dict()),
             "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict) -> None:
+        # into this Learner's device: the modules copy into their tensors, the optimizer casts its
+        # state to each parameter's device
         self.main.load_state_dict(state["main"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])

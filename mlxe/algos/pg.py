@@ -38,7 +38,7 @@ class PGLearner(PPOLearner):
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
-        zero = torch.zeros(())
+        zero = logp.new_zeros(())  # on the Learner's device, as the other stats
         return policy_loss - self.cfg.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero, torch.ones_like(logp))
 
 

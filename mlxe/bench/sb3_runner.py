@@ -4,7 +4,8 @@
 that has ``stable-baselines3`` and ``rl-zoo3`` (MLxE does not depend on them). It imports neither
 MLxE nor anything MLxE needs, and prints one JSON object on its last line.
 
-* ``solve``: train with RL-Zoo's tuned hyper-parameters for the env; every ``--eval-every`` env
+* ``solve``: train with RL-Zoo's tuned hyper-parameters for the env (each ``--hp key=value``
+  replacing one of them, the value read as YAML); every ``--eval-every`` env
   steps play ``--eval-episodes`` deterministic episodes and stop once their mean return reaches
   ``--threshold``. The wall time reported excludes the evaluations (as MLxE's ``train_s`` does).
 * ``throughput``: train ``--steps`` env steps with no evaluation; env steps per second of ``learn``.
@@ -32,14 +33,21 @@ def zoo_hyperparams(algo: str, env_id: str) -> dict:
     return dict(table[env_id])
 
 
-def build(algo: str, env_id: str, seed: int):
-    """(model, n_envs, normalize) built as RL-Zoo's ``train.py`` would, with DummyVecEnv."""
+def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None):
+    """(model, n_envs, normalize) built as RL-Zoo's ``train.py`` would, with DummyVecEnv;
+    ``overrides``: ``key=value`` strings replacing RL-Zoo's values."""
     import stable_baselines3 as sb3
+    import yaml
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
     from torch import nn  # noqa: F401  (RL-Zoo's policy_kwargs strings name nn.*)
 
     hp = zoo_hyperparams(algo, env_id)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--hp {item!r}: expected key=value")
+        hp[key] = yaml.safe_load(value)
     n_envs = int(hp.pop("n_envs", 1))
     hp.pop("n_timesteps", None)
     normalize = hp.pop("normalize", False)
@@ -65,7 +73,7 @@ def solve(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
-    model, n_envs, normalize = build(args.algo, args.env, args.seed)
+    model, n_envs, normalize = build(args.algo, args.env, args.seed, args.hp)
     # one environment per evaluation episode, played side by side (as MLxE's evaluation does)
     eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000)
     if normalize:
@@ -131,6 +139,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--max-steps", type=int, default=200_000)
     parser.add_argument("--steps", type=int, default=50_000, help="throughput: env steps to train")
+    parser.add_argument("--hp", action="append", default=[], help="solve: key=value replacing an RL-Zoo value")
     args = parser.parse_args()
     result = {"solve": solve, "throughput": throughput, "startup": startup}[args.task](args)
     print(json.dumps(result))

@@ -6,8 +6,9 @@
 both sides (``train_s`` = wall - eval), so a cheaper evaluation does not count as faster training.
 
 With ``--sb3-python PATH`` (an interpreter that has ``stable-baselines3`` and ``rl-zoo3``), every
-seed also trains Stable-Baselines3 with RL-Zoo's tuned hyper-parameters, interleaved with MLxE's
-run of the same seed so both see the same machine. Start-up is the wall time of a whole process
+seed also trains Stable-Baselines3 with RL-Zoo's tuned hyper-parameters (``sb3_hp``: ``key=value``
+replacements, e.g. to give it the hyper-parameters of MLxE's config), interleaved with MLxE's run of
+the same seed so both see the same machine. Start-up is the wall time of a whole process
 that imports, builds everything and plays one iteration (MLxE: ``mlxe train`` with a one-iteration
 budget, including its checkpoint; SB3: import, build the model, one env step): an upper bound on
 the time from import to the first env step.
@@ -66,6 +67,7 @@ def bench_solve(
     seeds: int = 5,
     config: str | Path | None = None,
     sb3_python: str | None = None,
+    sb3_hp: list[str] | None = None,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
     max_steps: int = 200_000,
@@ -104,6 +106,7 @@ def bench_solve(
             theirs = sb3(
                 sb3_python, "solve", f"--env={env_id}", f"--algo={algo}", f"--seed={seed}",
                 f"--threshold={threshold}", f"--eval-every={eval_every_steps}", f"--max-steps={max_steps}",
+                *(f"--hp={item}" for item in sb3_hp or []),
             )
             results["sb3"].append(theirs)
             line += f"; SB3 {theirs['env_steps']} steps {theirs['train_s']:.2f} s"
@@ -125,7 +128,8 @@ def bench_solve(
         return [r[key] for r in results[side] if r["goal_reached"]]
 
     sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
-    names = {"mlxe": "MLxE", "sb3": "Stable-Baselines3 (RL-Zoo)"}
+    zoo = f"RL-Zoo with {', '.join(sb3_hp)}" if sb3_hp else "RL-Zoo"
+    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"Stable-Baselines3 ({zoo})"}
     lines = [
         f"# {algo.upper()} solves {env_id} (greedy mean of 20 episodes >= {threshold:g}), {seeds} seeds",
         "",

@@ -200,11 +200,11 @@ def build_torch(spec: NetSpec):
 
 
 def flat_weights(model) -> np.ndarray:
-    """A torch module's parameters as the flat float32 vector the NumPy mirror reads (a copy)."""
+    """A torch module's parameters, on any device, as the flat float32 CPU vector the NumPy mirror reads (a copy)."""
     import torch
 
     with torch.no_grad():
-        return torch.nn.utils.parameters_to_vector(model.parameters()).numpy().copy()
+        return torch.nn.utils.parameters_to_vector(model.parameters()).cpu().numpy().copy()
 
 
 _NP_ACT = {

@@ -38,8 +38,9 @@ def build_noisy_linear(in_features: int, out_features: int):
 
         def reset_noise(self) -> None:
             f = lambda x: x.sign() * x.abs().sqrt()  # noqa: E731
-            self.eps_in.copy_(f(torch.randn(in_features)))
-            self.eps_out.copy_(f(torch.randn(out_features)))
+            # drawn on the layer's device (no copy per update); on the CPU the same stream as ever
+            self.eps_in.copy_(f(torch.randn(in_features, device=self.eps_in.device)))
+            self.eps_out.copy_(f(torch.randn(out_features, device=self.eps_out.device)))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if not self.noise:

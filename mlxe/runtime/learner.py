@@ -56,7 +56,7 @@ class Learner:
         import torch
 
         torch.set_num_threads(cfg.torch_threads)
-        self.algo = A3CLearner(cfg.algo, spec, seed)
+        self.algo = A3CLearner(cfg.algo, spec, seed, cfg.device)
         every = cfg.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
         self.promotions = 0

@@ -32,13 +32,15 @@ esac
 def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake_sb3):
     python, log = fake_sb3
     path = bench_solve("CartPole-v1", "ppo", seeds=2, sb3_python=str(python), overrides=SMALL,
-                       out_dir=tmp_path / "out", max_steps=640)
+                       sb3_hp=["n_epochs=5", "learning_rate=lin_3e-3"], out_dir=tmp_path / "out", max_steps=640)
     text = path.read_text()
-    assert "| MLxE | 0/2 |" in text  # 640 steps do not solve CartPole: reported, not hidden
-    assert "| Stable-Baselines3 (RL-Zoo) | 2/2 | 1,000 [1,000-1,000] | 4.00 [4.00-4.00] |" in text
+    assert "| MLxE (cartpole_ppo.yaml) | 0/2 |" in text  # 640 steps do not solve CartPole: reported, not hidden
+    assert ("| Stable-Baselines3 (RL-Zoo with n_epochs=5, learning_rate=lin_3e-3) | 2/2 | 1,000 [1,000-1,000] | "
+            "4.00 [4.00-4.00] |") in text
     calls = log.read_text().splitlines()
-    # every 2 iterations of 1 x 4 x 16 steps, for both sides
+    # every 2 iterations of 1 x 4 x 16 steps, for both sides, with the replaced hyper-parameters
     assert sum("--eval-every=128" in c and "--threshold=475.0" in c for c in calls) == 2
+    assert sum("--hp=n_epochs=5 --hp=learning_rate=lin_3e-3" in c for c in calls) == 2
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["env_steps"] for r in results["mlxe"]] == [640, 640]
     assert all(r["train_s"] > 0 and r["eval_s"] > 0 for r in results["mlxe"])

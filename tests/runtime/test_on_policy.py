@@ -56,10 +56,11 @@ def test_ppo_trains_and_resumes(tmp_path, arch):
     cfg = ppo_config(tmp_path, f"arch={arch}", "stop.eval_return=null", "stop.max_env_steps=2048")
     first = mlxe.train(cfg)
     assert first.summary["stop_reason"] == "max_env_steps" and first.summary["env_steps"] == 2048
-    assert first.summary["updates"] == 8 * 20  # 8 iterations x 20 epochs x 1 minibatch of 256
+    epochs = cfg.ppo.epochs
+    assert first.summary["updates"] == 8 * epochs  # 8 iterations x K epochs x 1 minibatch of 256
     more = mlxe.train(overrides=["stop.max_env_steps=4096"], resume=first.run_dir)
-    assert more.summary["env_steps"] == 4096 and more.summary["updates"] == 16 * 20
-    assert load_checkpoint(first.run_dir)["learner"]["updates"] == 320
+    assert more.summary["env_steps"] == 4096 and more.summary["updates"] == 16 * epochs
+    assert load_checkpoint(first.run_dir)["learner"]["updates"] == 16 * epochs
 
 
 def test_ppo_solves_cartpole(tmp_path):

@@ -9,20 +9,29 @@ publishes the new weights.
 * OA (online-asynchronous): an Executor is told to play its next rollout as soon as its last one
   has arrived, so acting runs beside learning. Each rollout is then played by the weights of one
   version before the ones it trains, which the algorithms' ratios to the behaviour policy's stored
-  log-probabilities account for (PPO's clipped surrogate, as in APPO).
+  log-probabilities account for (PPO's clipped surrogate, as in APPO). A next rollout that is in
+  before another Executor's current one is kept for the next iteration, so every iteration trains
+  one rollout of each Executor and a seed replays the same run here too.
+
+The schedule (:func:`train_on_policy`) is written once against a small transport,
+:class:`Rollouts`: :class:`LocalRollouts` (shared memory and a process or thread pool, here) or
+:class:`~mlxe.runtime.ray.on_policy.RayRollouts` (Ray actors and the object store, ``backend: ray``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from mlxe.config import Config
 from mlxe.envs.filters import Filters
+from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.common import Seeds, context
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.executor import net_spec
+from mlxe.runtime.executor import Episode, net_spec
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
@@ -30,78 +39,159 @@ from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
 
 POLL_S = 0.2
 
+# What an Executor's rollout brings back: the flat training batch [T*E], the episodes that ended in
+# it, and the filter statistics of its data (None without filters).
+Rollout = tuple[dict[str, np.ndarray], list[Episode], dict | None]
+
+
+class Rollouts(Protocol):
+    """How the schedule reaches its ``n`` Executors. An Executor answers one request at a time, in
+    the order asked; the schedule never asks ``states`` while a rollout is in flight."""
+
+    n: int
+
+    def publish(self, weights: np.ndarray) -> None:
+        """Make ``weights`` [P] float32 the version every rollout asked from now on starts with."""
+
+    def ask(self, i: int, filters: dict) -> None:
+        """Start a rollout on Executor ``i``, from the run-wide filter statistics ``filters``."""
+
+    def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
+        """The rollouts that arrived within ``timeout`` seconds, as (executor, rollout)."""
+
+    def states(self) -> list:
+        """Every Executor's state for a checkpoint, in executor order."""
+
+    def close_iteration(
+        self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
+    ) -> None:
+        """The Trainer's iteration end (metrics, display, checkpoint), with the transport's own columns."""
+
+
+class LocalRollouts:
+    """The local transport: :class:`SharedWeights` and ``rollout_loop`` workers as processes or threads."""
+
+    def __init__(
+        self, cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, states: list | None, threads: bool
+    ) -> None:
+        self.trainer = trainer
+        self.n = cfg.num_executors()
+        self.weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg))
+        workers = [
+            (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None))
+            for i in range(self.n)
+        ]
+        self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
+
+    def publish(self, weights: np.ndarray) -> None:
+        self.weights.publish(weights)
+
+    def ask(self, i: int, filters: dict) -> None:
+        self.pool.send(i, ("rollout", filters))
+
+    def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
+        reply = self.pool.recv(timeout)
+        return [] if reply is None else [(reply[0], reply[1][1:])]
+
+    def states(self) -> list[dict]:
+        for i in range(self.n):
+            self.pool.send(i, ("state",))
+        states: list = [None] * self.n
+        while any(s is None for s in states):
+            reply = self.pool.recv(POLL_S)
+            if reply is not None:
+                states[reply[0]] = reply[1][1]
+        return states
+
+    def close_iteration(
+        self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
+    ) -> None:
+        self.trainer.close_iteration(updates, info, evaluate, roles)
+
+    def close(self) -> None:
+        self.pool.close()
+
 
 def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bool = False) -> str:
-    """Train until a stop condition; returns the stop reason (``asynchronous``: the OA schedule)."""
+    """Train on local processes (``threads``: threads) until a stop condition; returns the stop
+    reason (``asynchronous``: the OA schedule)."""
+    probe = make_vector_env(cfg, 1, 0)
+    spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
+    seeds = Seeds.derive(cfg.seed, cfg.num_executors())
+    restored = trainer.restored
+    # Executors first: their processes start up while the Learner is built (its first optimizer
+    # imports torch._dynamo, ~1.3 s); they read the weights only when told to play.
+    rollouts = LocalRollouts(cfg, trainer, spec, seeds, restored.get("executors") if restored else None, threads)
+    try:
+        return train_on_policy(cfg, trainer, spec, seeds, rollouts, asynchronous)
+    finally:
+        rollouts.close()
+
+
+def train_on_policy(
+    cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, rollouts: Rollouts, asynchronous: bool
+) -> str:
+    """The IS (or, ``asynchronous``, OA) schedule over ``rollouts`` until a stop condition; returns
+    the stop reason. The Learner, the run-wide filters and the evaluation live in this process."""
     import torch
 
     from mlxe.algos import on_policy
 
     torch.set_num_threads(cfg.torch_threads)
-    probe = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
-    n = cfg.num_executors()
-    seeds = Seeds.derive(cfg.seed, n)
+    n = rollouts.n
     filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
     restored = trainer.restored
-    weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg))
-    states = restored.get("executors") if restored else None
-    workers = [
-        (f"executor-{i}", rollout_loop, (cfg, i, weights, seeds.executors[i], states[i] if states else None))
-        for i in range(n)
-    ]
-    # Executors first: their processes start up while the Learner is built (its first optimizer
-    # imports torch._dynamo, ~1.3 s); they read the weights only when told to play.
-    pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
-    try:
-        learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
-        if restored is not None:
-            learner.load_state_dict(restored["learner"])
-            filters.load_state_dict(restored.get("filters") or {})
-        weights.publish(learner.weights())
-    except BaseException:
-        pool.close()
-        raise
+    learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
+    if restored is not None:
+        learner.load_state_dict(restored["learner"])
+        filters.load_state_dict(restored.get("filters") or {})
+    rollouts.publish(learner.weights())
 
-    def command(name: str) -> tuple:
-        return (name, filters.state_dict()) if name == "rollout" else (name,)
+    early: dict[int, Rollout] = {}  # OA: an Executor's next rollout, in before the others' current one
 
-    def gather(name: str, send: bool = True, again: bool = False) -> list[tuple]:
-        """Each Executor's reply to command ``name`` (sent first unless ``send`` is False), in executor
-        order; ``again``: send the command anew to each Executor as soon as its reply arrives."""
-        if send:
+    def gather(ask: bool = True, again: bool = False) -> list[Rollout]:
+        """Each Executor's rollout (asked first unless ``ask`` is False), in executor order;
+        ``again``: ask each Executor for its next rollout as soon as this one arrives."""
+        if ask:
             for i in range(n):
-                pool.send(i, command(name))
+                rollouts.ask(i, filters.state_dict())
         replies: list = [None] * n
+
+        def take(i: int, rollout: Rollout) -> None:
+            if replies[i] is not None:  # its next rollout, played while another Executor lagged: trained next
+                early[i] = rollout
+                return
+            replies[i] = rollout
+            if again:
+                rollouts.ask(i, filters.state_dict())
+
+        for i in sorted(early):
+            take(i, early.pop(i))
         while any(r is None for r in replies):
-            reply = pool.recv(POLL_S)
-            if reply is not None:
-                replies[reply[0]] = reply[1][1:]
-                if again:
-                    pool.send(reply[0], command(name))
+            for i, rollout in rollouts.replies(POLL_S):
+                take(i, rollout)
         return replies
 
-    in_flight = False  # OA: every Executor is playing a rollout that was asked for
+    in_flight = False  # OA: every Executor is playing a rollout that was asked for (or has it in ``early``)
     pending: list | None = None  # rollouts collected to checkpoint the Executors, trained next
 
-    def next_rollouts() -> list[tuple]:
+    def next_rollouts() -> list[Rollout]:
         nonlocal in_flight, pending
         if pending is not None:
-            rollouts, pending = pending, None
+            collected, pending = pending, None
             if asynchronous:
                 for i in range(n):
-                    pool.send(i, command("rollout"))
+                    rollouts.ask(i, filters.state_dict())
         else:  # in executor order: an IS seed replays the same run
-            rollouts = gather("rollout", send=not in_flight, again=asynchronous)
+            collected = gather(ask=not in_flight, again=asynchronous)
         in_flight = asynchronous
-        return rollouts
+        return collected
 
     def roles() -> dict:
         nonlocal in_flight, pending
-        if in_flight:  # Executors answer one command at a time: take the rollouts first
-            pending, in_flight = gather("rollout", send=False), False
-        executors = [r[0] for r in gather("state")]
-        return {"learner": learner.state_dict(), "executors": executors, "filters": filters.state_dict()}
+        if in_flight:  # Executors answer one request at a time: take the rollouts first
+            pending, in_flight = gather(ask=False), False
+        return {"learner": learner.state_dict(), "executors": rollouts.states(), "filters": filters.state_dict()}
 
     def evaluate() -> float:
         result = evaluate_vectorized(
@@ -110,25 +200,22 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
         return result["mean_return"]
 
     budget = cfg.stop.max_env_steps
-    try:
-        while trainer.check_stop() is None:
-            t0 = time.perf_counter()
-            rollouts = next_rollouts()
-            for _, episodes, fresh in rollouts:
-                for episode in episodes:
-                    trainer.on_episode(episode, count_steps=False)  # episodes span rollouts
-                if fresh is not None:
-                    filters.merge(fresh)
-            trainer.env_steps += sum(len(b["action"]) for b, _, _ in rollouts)
-            batch = {k: np.concatenate([b[k] for b, _, _ in rollouts]) for k in rollouts[0][0]}
-            t1 = time.perf_counter()
-            progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
-            before = learner.updates
-            info = learner.update(batch, progress)
-            weights.publish(learner.weights())
-            stats = dict(vars(info), lr=learner.optimizer.param_groups[0]["lr"])
-            stats.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
-            trainer.close_iteration(learner.updates - before, stats, evaluate, roles)
-        return trainer.finish(roles)
-    finally:
-        pool.close()
+    while trainer.check_stop() is None:
+        t0 = time.perf_counter()
+        collected = next_rollouts()
+        for _, episodes, fresh in collected:
+            for episode in episodes:
+                trainer.on_episode(episode, count_steps=False)  # episodes span rollouts
+            if fresh is not None:
+                filters.merge(fresh)
+        trainer.env_steps += sum(len(b["action"]) for b, _, _ in collected)
+        batch = {k: np.concatenate([b[k] for b, _, _ in collected]) for k in collected[0][0]}
+        t1 = time.perf_counter()
+        progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
+        before = learner.updates
+        info = learner.update(batch, progress)
+        rollouts.publish(learner.weights())
+        stats = dict(vars(info), lr=learner.optimizer.param_groups[0]["lr"])
+        stats.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
+        rollouts.close_iteration(learner.updates - before, stats, evaluate, roles)
+    return trainer.finish(roles)

@@ -1,10 +1,12 @@
 """The Ray backend (``backend: ray``): Executors as Ray actors, weights through the object store.
 
 * :mod:`.backend`: connecting (local Ray, ``auto``, an address) and placement groups;
-* :mod:`.actors`: the Executor actor around the local :class:`~mlxe.runtime.executor.Executor`;
+* :mod:`.actors`: the Executor actors around the local :class:`~mlxe.runtime.executor.Executor`
+  (A3C) and :class:`~mlxe.runtime.rollout.RolloutExecutor` (PPO, A2C, PG);
 * :mod:`.pool`: calls in flight, replies, dead actors replaced;
 * :mod:`.server`: the parameter server and its gradient combiners (fifo, average, DC-ASGD);
-* :mod:`.sync`, :mod:`.experience`, :mod:`.gradients`: the schedules of ``ray.mode``;
+* :mod:`.sync`, :mod:`.experience`, :mod:`.gradients`: the A3C schedules of ``ray.mode``;
+* :mod:`.on_policy`: the on-policy family's local IS / OA schedule over Ray actors;
 * :mod:`.stats`: run-wide statistics, ``status.json`` and ``mlxe status``;
 * :mod:`.run`: :func:`~mlxe.runtime.ray.run.run_ray`, what ``mlxe.train`` calls.
 

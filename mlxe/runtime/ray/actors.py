@@ -1,14 +1,17 @@
-"""The Executor as a Ray actor: the local Executor behind remote methods, weights from the object store.
+"""The Executors as Ray actors: the local Executors behind remote methods, weights from the object store.
+
+* :class:`ExecutorActor` (A3C): the episode :class:`~mlxe.runtime.executor.Executor`;
+* :class:`RolloutActor` (PPO, A2C, PG): the vectorized :class:`~mlxe.runtime.rollout.RolloutExecutor`.
 
 The driver publishes each weight version once (``ray.put``) and hands every call the version number
 and the ObjectRef, wrapped in a list so that Ray does not fetch it eagerly: the actor fetches only
-when the version is newer than the one it holds, and only when it needs it (at an episode start, or
-before a gradient). Episodes come back as :class:`~mlxe.runtime.executor.Episode` (NumPy arrays,
-serialized by Ray); with ``async_gradients`` the steps stay in the actor's own replay and gradients
-come back instead.
+when the version is newer than the one it holds, and only when it needs it (at an episode or rollout
+start, or before a gradient). Episodes and rollout batches come back as NumPy arrays, serialized by
+Ray; with ``async_gradients`` the steps stay in the actor's own replay and gradients come back instead.
 
-The class is plain Python: :mod:`mlxe.runtime.ray.backend` makes it a remote actor with the run's
-resource requests and placement, so tests can subclass it.
+The classes are plain Python: :class:`~mlxe.runtime.ray.pool.ExecutorSet` makes them remote actors
+with the run's resource requests and placement, so tests can subclass them. Both take
+``(cfg, index, seed, executors, state)``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from mlxe.runtime.executor import Episode, Executor
 from mlxe.runtime.ray.server import compute_gradient
+from mlxe.runtime.rollout import RolloutExecutor
 
 
 class ObjectStoreWeights:
@@ -59,7 +63,18 @@ class Gradient:
     info: dict[str, float]
 
 
-class ExecutorActor:
+class Actor:
+    """What every Executor actor answers besides its work."""
+
+    def describe(self) -> dict:
+        """Where this actor runs: node id and address, process id."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+
+class ExecutorActor(Actor):
     """One Executor: ``play`` an episode (sync, async_experience) or ``step`` (async_gradients).
 
     ``executors`` is the run's Executor count (async_gradients splits the minimum-updates rule
@@ -87,13 +102,6 @@ class ExecutorActor:
             self.episodes = 0
         if state is not None:
             self.load_state_dict(state)
-
-    def describe(self) -> dict:
-        """Where this actor runs: node id and address, process id."""
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
     def play(self, version: int, box: list) -> Episode:
         """Play one episode, starting with the newest of the offered weights (``version``, [ref])."""
@@ -135,3 +143,29 @@ class ExecutorActor:
             self.memorizer.load_state_dict(state["memorizer"])
             self.episodes = int(state["episodes"])
 
+
+class RolloutActor(Actor):
+    """One on-policy Executor: ``rollout`` plays ``rollout.steps`` steps in each of its
+    ``envs_per_executor`` environments. ``executors`` is unused (the signature every actor has);
+    ``state`` a checkpointed :meth:`state_dict` (the local Executors' format) or None."""
+
+    def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
+        self.index = index
+        self.weights = ObjectStoreWeights()
+        self.executor = RolloutExecutor(cfg, index, self.weights, seed)
+        if state is not None:
+            self.load_state_dict(state)
+
+    def rollout(
+        self, version: int, box: list, filters: dict | None
+    ) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
+        """One rollout with the newest of the offered weights (``version``, [ref]) from the run-wide
+        filter statistics ``filters``: the batch [T*E], the episodes that ended, the fresh statistics."""
+        self.weights.offer(version, box)
+        return self.executor.rollout(filters)
+
+    def state_dict(self) -> dict:
+        return self.executor.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.executor.load_state_dict(state)

@@ -1,11 +1,12 @@
-"""``backend: ray``: connect, place the Executor actors, run the schedule of ``ray.mode``.
+"""``backend: ray``: connect, place the Executor actors, run the schedule.
 
 The three boundaries hold as on the local backend: the algorithm (:mod:`mlxe.algos.a3c`, the
-Learner, the Memorizer) is the same code; each mode is a schedule in its own module
-(:mod:`.sync`, :mod:`.experience`, :mod:`.gradients`); the transport is Ray (actors for the
-Executors, the object store for the weights). The driver process, where ``mlxe train`` runs, keeps
-the Learner (or the parameter server), the Trainer and the run directory, so checkpoints and
-``--resume`` work exactly as locally.
+Learner, the Memorizer; the on-policy Learners) is the same code; each A3C ``ray.mode`` is a
+schedule in its own module (:mod:`.sync`, :mod:`.experience`, :mod:`.gradients`), and the on-policy
+family runs the local IS / OA schedule itself (:mod:`.on_policy`); the transport is Ray (actors for
+the Executors, the object store for the weights). :func:`ray_run` is the set-up every schedule
+shares. The driver process, where ``mlxe train`` runs, keeps the Learner (or the parameter server),
+the Trainer and the run directory, so checkpoints and ``--resume`` work exactly as locally.
 
 Weights travel once per version: :class:`Publisher` puts each version into the object store and
 every call to an Executor carries the version number and the ObjectRef (never the array); an actor
@@ -15,15 +16,17 @@ fetches only versions newer than the one it holds.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlxe.config import Config
+from mlxe.config import ON_POLICY, Config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.common import Seeds, evaluate_weights, problem_spec
-from mlxe.runtime.ray.actors import ExecutorActor
+from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
 from mlxe.runtime.ray.server import WeightHistory
 from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.trainer import Trainer
@@ -118,9 +121,24 @@ class RayRun:
         return self.cfg.ray.promote_best and stats.episodes > 0 and episode.total_return > stats.best_return
 
 
-def run_ray(cfg: Config, trainer: Trainer, actor_class: type = ExecutorActor) -> str:
+def run_ray(cfg: Config, trainer: Trainer, actor_class: type | None = None) -> str:
     """Train on Ray until a stop condition; returns the stop reason. ``actor_class``: the Executor
-    actor (a subclass of :class:`ExecutorActor`; tests use slow ones)."""
+    actor (default: :class:`ExecutorActor` for A3C, :class:`RolloutActor` for the on-policy family;
+    tests use slow subclasses)."""
+    on_policy = cfg.algo.name in ON_POLICY
+    with ray_run(cfg, trainer, actor_class or (RolloutActor if on_policy else ExecutorActor)) as run:
+        if on_policy:
+            from mlxe.runtime.ray.on_policy import run_on_policy_ray
+
+            return run_on_policy_ray(run)
+        return _schedule(cfg.ray.mode)(run)
+
+
+@contextmanager
+def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun]:
+    """Connected to Ray, the Executor actors placed and started: the :class:`RayRun` a schedule
+    drives. On the way out the actors are stopped, status.json is written a last time (``finished``,
+    or ``failed`` when the schedule raised) and the placement group is freed."""
     from mlxe.runtime.ray.backend import Placement, connect, resolve_executors
     from mlxe.runtime.ray.pool import ExecutorSet
 
@@ -130,7 +148,8 @@ def run_ray(cfg: Config, trainer: Trainer, actor_class: type = ExecutorActor) ->
         trainer.cfg = cfg  # the summary reports the resolved count
         spec = problem_spec(cfg)
         seeds = Seeds.derive(cfg.seed, n)
-        stats = RunStats(trainer.run_dir, cfg.ray.mode, where, n, cfg.ray.status_every)
+        mode = f"on-policy {cfg.arch}" if cfg.algo.name in ON_POLICY else cfg.ray.mode
+        stats = RunStats(trainer.run_dir, mode, where, n, cfg.ray.status_every)
         restored = trainer.restored or {}
         states = restored.get("executors")
         if states is not None and len(states) != n:
@@ -140,12 +159,10 @@ def run_ray(cfg: Config, trainer: Trainer, actor_class: type = ExecutorActor) ->
         try:
             executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag)
             publisher = Publisher(cfg.ray.dc_history if cfg.ray.promote_best else 0)
-            run = RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored)
             state = "failed"
             try:
-                reason = _schedule(cfg.ray.mode)(run)
+                yield RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored)
                 state = "finished"
-                return reason
             finally:
                 executors.close()
                 stats.weights_version = publisher.version
@@ -177,5 +194,6 @@ def adopt_into_learner(run: RayRun, learner, version: int) -> None:
     weights = history.get(version) if history is not None else None
     if weights is None or version == run.weights.version:
         return
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()), learner.algo.main.parameters())
+    params = list(learner.algo.main.parameters())
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()).to(params[0].device), params)
     run.stats.adopted += 1

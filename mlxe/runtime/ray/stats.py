@@ -7,7 +7,8 @@ run adds what a cluster needs watching for (seed 002's master, MARO's staleness 
 * per Executor: state (``started`` = actor created, not heard from yet; ``running``; ``failed`` =
   died, being replaced; ``done``), node, process id, episodes delivered, restarts, last heard;
 * data thrown away: results of an older weight version ``dropped`` (sync), episodes or gradients
-  ``rejected`` beyond ``max_lag`` (async), and the mean version lag of the data that was used.
+  ``rejected`` beyond ``max_lag`` (async), and the mean version lag of the data that was used
+  (episodes, gradients, or the on-policy algorithms' rollouts: 0 with ``arch: is``, 1 with ``oa``).
 
 These go to ``metrics.csv`` / TensorBoard with every iteration, to the progress display, and to
 ``status.json`` in the run directory, rewritten atomically at most every ``ray.status_every``
@@ -78,10 +79,11 @@ class RunStats:
         e.state, e.error = "failed", error
         e.restarts += 1
 
-    def used(self, index: int, lag: int | None) -> None:
-        """An episode of Executor ``index``, played ``lag`` versions ago, went into training
-        (``lag`` None: not counted in the lag column, e.g. with async_gradients)."""
-        self.executors[index].episodes += 1
+    def used(self, index: int, lag: int | None, episodes: int = 1) -> None:
+        """An episode of Executor ``index`` (or a rollout in which ``episodes`` ended), played ``lag``
+        versions ago, went into training (``lag`` None: not counted in the lag column, e.g. with
+        async_gradients)."""
+        self.executors[index].episodes += episodes
         if lag is not None:
             self._lags.append(lag)
 

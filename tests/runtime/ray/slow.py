@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mlxe.runtime.ray.actors import ExecutorActor
+from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
 
 
 class SlowSecond(ExecutorActor):
@@ -22,3 +22,11 @@ class Paced(ExecutorActor):
     def play(self, version: int, box: list):
         time.sleep(0.1)
         return super().play(version, box)
+
+
+class PacedRollouts(RolloutActor):
+    """Every on-policy Executor sleeps 0.1 s before each rollout, so a run lasts long enough to kill one mid-run."""
+
+    def rollout(self, version: int, box: list, filters: dict | None):
+        time.sleep(0.1)
+        return super().rollout(version, box, filters)

@@ -1,0 +1,203 @@
+"""The Learners on a torch device (``device``): resolution, CPU/GPU agreement, state across devices.
+
+The tests named ``*cuda*`` need a GPU where they check anything (``pytest -k cuda`` runs them alone).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from mlxe.algos import on_policy
+from mlxe.algos.a3c import A3CLearner
+from mlxe.algos.device import resolve_device
+from mlxe.config import AlgoConfig, ConfigError, load_config
+from mlxe.models.actor_critic import NetSpec
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+without_cuda = pytest.mark.skipif(CUDA, reason="checks the error of a machine without CUDA")
+
+DISCRETE = NetSpec(obs_dim=4, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh")
+BOX = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh",
+              action_low=(-2.0, -1.0), action_high=(2.0, 1.0))
+A3C_SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,))
+
+
+def on_policy_config(algo: str = "ppo", device: str = "cpu", *overrides: str):
+    """Pinned hyper-parameters: 2 epochs of 4 minibatches (the shuffle path), small lr."""
+    return load_config(None, [f"algo.name={algo}", f"device={device}", "algo.batch_size=64", "ppo.epochs=2",
+                              "algo.lr=1e-4", "algo.max_grad_norm=0.5", "algo.entropy_coef=0.01", *overrides])
+
+
+def on_policy_batch(spec: NetSpec, n: int = 256, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if spec.continuous:
+        action = rng.uniform(-1.0, 1.0, (n, spec.n_actions)).astype(np.float32)
+    else:
+        action = rng.integers(0, spec.n_actions, n)
+    return {"obs": rng.standard_normal((n, spec.obs_dim)).astype(np.float32), "action": action,
+            "logp": rng.uniform(-1.5, -0.5, n).astype(np.float32), "value": rng.standard_normal(n).astype(np.float32),
+            "advantage": rng.standard_normal(n).astype(np.float32), "ret": rng.standard_normal(n).astype(np.float32)}
+
+
+def a3c_batch(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
+    """Every field the A3C loss can read: importance weights, V-trace targets, behaviour log-probs."""
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.standard_normal((n, 3)).astype(np.float32), "action": rng.integers(0, 2, n).astype(np.int64),
+            "ret": (rng.standard_normal(n) * 3.0).astype(np.float32), "logp": np.full(n, -0.69, np.float32),
+            "weight": rng.uniform(0.5, 1.0, n).astype(np.float32), "vs": rng.standard_normal(n).astype(np.float32),
+            "pg_adv": rng.standard_normal(n).astype(np.float32)}
+
+
+def roundtrip(state: dict) -> dict:
+    """A state through a checkpoint file, loaded as the Trainer loads it."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, map_location="cpu", weights_only=True)
+
+
+def tensors(state) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in tensors(v)]
+    return []
+
+
+def assert_close_infos(a, b) -> None:
+    np.testing.assert_allclose(list(vars(a).values()), list(vars(b).values()), rtol=1e-3, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def test_cpu_resolves_and_auto_follows_torch():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if CUDA else "cpu")
+
+
+@without_cuda
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_cuda_without_cuda_is_a_clear_config_error(name):
+    with pytest.raises(ConfigError) as e:
+        resolve_device(name)
+    msg = str(e.value)
+    assert f"device: {name!r} is not available on this machine" in msg
+    assert "torch.cuda.is_available() is False" in msg and "device=cpu or auto" in msg
+
+
+@without_cuda
+def test_every_learner_refuses_cuda_without_cuda():
+    for build in (
+        lambda: on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, 0),
+        lambda: on_policy("a2c").Learner(on_policy_config("a2c", "cuda"), DISCRETE, 0),
+        lambda: A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cuda"),
+    ):
+        with pytest.raises(ConfigError, match="device: 'cuda' is not available"):
+            build()
+
+
+@needs_cuda
+def test_cuda_index_past_the_devices_is_a_clear_config_error():
+    with pytest.raises(ConfigError, match="device: 'cuda:99' is not available on this machine"):
+        resolve_device("cuda:99")
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def test_state_dicts_and_weights_are_cpu_and_numpy():
+    ppo = on_policy("ppo").Learner(on_policy_config(), DISCRETE, 0)
+    ppo.update(on_policy_batch(DISCRETE), 0.0)
+    a3c = A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cpu")
+    a3c.update(a3c_batch())
+    for learner in (ppo, a3c):
+        w = learner.weights()
+        assert isinstance(w, np.ndarray) and w.dtype == np.float32
+        assert all(t.device.type == "cpu" for t in tensors(learner.state_dict()))
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+@needs_cuda
+@pytest.mark.parametrize(
+    "algo, spec", [("ppo", DISCRETE), ("ppo", BOX), ("a2c", DISCRETE), ("pg", DISCRETE)], ids=["ppo", "ppo-box", "a2c", "pg"]
+)
+def test_on_policy_update_on_cuda_matches_cpu(algo, spec):
+    cpu = on_policy(algo).Learner(on_policy_config(algo, "cpu"), spec, seed=3)
+    gpu = on_policy(algo).Learner(on_policy_config(algo, "cuda"), spec, seed=3)
+    assert next(gpu.main.parameters()).device.type == "cuda"
+    np.testing.assert_array_equal(cpu.weights(), gpu.weights())  # the same initial weights on either device
+    for i in range(3):
+        batch = on_policy_batch(spec, seed=i)
+        assert_close_infos(cpu.update(batch, 0.1 * i), gpu.update(batch, 0.1 * i))
+    w = gpu.weights()
+    assert isinstance(w, np.ndarray) and w.dtype == np.float32
+    np.testing.assert_allclose(w, cpu.weights(), rtol=1e-3, atol=1e-5)
+    assert gpu.updates == cpu.updates
+
+
+@needs_cuda
+@pytest.mark.parametrize("off_policy", ["none", "truncated_is", "vtrace"])
+def test_a3c_update_on_cuda_matches_cpu(off_policy):
+    cfg = AlgoConfig(off_policy=off_policy, max_grad_norm=1.0)
+    cpu, gpu = A3CLearner(cfg, A3C_SPEC, 5, device="cpu"), A3CLearner(cfg, A3C_SPEC, 5, device="cuda")
+    assert next(gpu.target.parameters()).device.type == "cuda"
+    for i in range(4):
+        gpu.begin_iteration(i)
+        cpu.begin_iteration(i)
+        batch = a3c_batch(seed=i)
+        assert_close_infos(cpu.update(batch), gpu.update(batch))
+    np.testing.assert_allclose(gpu.weights(), cpu.weights(), rtol=1e-3, atol=1e-5)
+
+
+@needs_cuda
+def test_a3c_learner_trains_on_cuda_with_noisy_layers():
+    learner = A3CLearner(AlgoConfig(lr=1e-2), NetSpec(3, 2, (16,), (16,), (16,), noisy_policy=True), 0, device="cuda")
+    batch = a3c_batch()
+    first = learner.update(batch).value_loss
+    for _ in range(50):
+        learner.update(batch)
+    assert learner.update(batch).value_loss < first
+    assert learner.weights().dtype == np.float32
+
+
+@needs_cuda
+def test_cuda_state_resumes_on_cpu_and_cpu_state_on_cuda():
+    gpu = on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, seed=1)
+    gpu.update(on_policy_batch(DISCRETE, seed=0), 0.0)
+    state = roundtrip(gpu.state_dict())
+    assert all(t.device.type == "cpu" for t in tensors(state))  # nothing of the GPU in the checkpoint
+
+    cpu = on_policy("ppo").Learner(on_policy_config("ppo", "cpu"), DISCRETE, seed=2)
+    cpu.load_state_dict(state)
+    np.testing.assert_array_equal(cpu.weights(), gpu.weights())
+    assert all(t.device.type == "cpu" for s in cpu.optimizer.state.values() for t in s.values())
+    batch = on_policy_batch(DISCRETE, seed=1)
+    assert_close_infos(cpu.update(batch, 0.5), gpu.update(batch, 0.5))  # Adam moments came along
+
+    back = on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, seed=3)
+    back.load_state_dict(roundtrip(cpu.state_dict()))
+    assert all(t.device.type == "cuda" for s in back.optimizer.state.values() for t in s.values())
+    np.testing.assert_array_equal(back.weights(), cpu.weights())
+    batch = on_policy_batch(DISCRETE, seed=2)
+    assert_close_infos(cpu.update(batch, 0.6), back.update(batch, 0.6))
+
+
+@needs_cuda
+def test_a3c_cuda_state_resumes_on_cpu():
+    gpu = A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cuda")
+    gpu.update(a3c_batch())
+    cpu = A3CLearner(AlgoConfig(), A3C_SPEC, 1, device="cpu")
+    cpu.load_state_dict(roundtrip(gpu.state_dict()))
+    np.testing.assert_array_equal(cpu.weights(), gpu.weights())
+    batch = a3c_batch(seed=1)
+    assert_close_infos(cpu.update(batch), gpu.update(batch))

@@ -1,0 +1,167 @@
+"""The on-policy family (PPO, A2C, PG) on a local Ray of 2 CPUs (one ray.init for the module): the
+local IS and OA runs replayed exactly, a killed Executor replaced, runs resumed, the config rules."""
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import mlxe  # noqa: E402
+from mlxe.config import ConfigError, load_config  # noqa: E402
+from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
+from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
+from mlxe.telemetry.metrics import read_csv  # noqa: E402
+from tests.runtime.ray.helpers import status, train_with  # noqa: E402
+from tests.runtime.ray.slow import PacedRollouts  # noqa: E402
+
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
+         "ray.status_every=0.1", "arch=is"]
+
+
+def per_iteration(cfg) -> int:
+    """Env steps of one iteration: N Executors x E environments x T steps."""
+    return cfg.executors * cfg.envs_per_executor * cfg.rollout.steps
+
+
+def ppo_updates(cfg) -> int:
+    """PPO's updates per iteration: K epochs of minibatches of algo.batch_size."""
+    n = per_iteration(cfg)
+    return cfg.ppo.epochs * (n // min(cfg.algo.batch_size or n, n))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def config(tmp_path):
+    """``config(algo, *overrides)``: configs/cartpole_{algo}.yaml, quiet, IS, with a step budget only."""
+    return lambda algo, *overrides: load_config(
+        f"configs/cartpole_{algo}.yaml", [f"run.dir={tmp_path}", *QUIET, "stop.eval_return=null", *overrides]
+    )
+
+
+@pytest.mark.parametrize("arch", ["is", "oa"])
+def test_ray_replays_the_local_run(config, arch):
+    """Same seed, same schedule: the same rollouts, episodes and Learner, with filters on (merged run-wide)."""
+    knobs = [f"arch={arch}", "filters.obs=true", "filters.reward=true",
+             "run.checkpoint_every=3"]  # OA: checkpoints take the rollouts in flight, trained next
+    budget = [*knobs, f"stop.max_env_steps={8 * per_iteration(config('ppo'))}"]
+    local = mlxe.train(config("ppo", *budget))
+    on_ray = mlxe.train(config("ppo", "backend=ray", *budget))
+    for key in ("stop_reason", "iterations", "episodes", "env_steps", "updates", "best_return", "ma_return"):
+        assert on_ray.summary[key] == local.summary[key], key
+    a, b = (read_csv(r.run_dir / "episodes.csv") for r in (local, on_ray))
+    for key in ("executor", "length", "return"):
+        np.testing.assert_array_equal(a[key], b[key])
+    a, b = (read_csv(r.run_dir / "metrics.csv") for r in (local, on_ray))
+    np.testing.assert_array_equal(a["loss"], b["loss"])
+    a, b = (load_checkpoint(r.run_dir) for r in (local, on_ray))
+    for name, tensor in a["learner"]["main"].items():
+        assert np.array_equal(tensor.numpy(), b["learner"]["main"][name].numpy()), name
+    assert a["filters"]["obs"]["count"] == b["filters"]["obs"]["count"] == local.summary["env_steps"]
+    assert b["executors"] == a["executors"]  # the local Executors' checkpoint format
+    # the version lag of the rollouts used: IS plays with the newest weights; OA one version behind
+    lag = read_csv(on_ray.run_dir / "metrics.csv")["lag"]
+    np.testing.assert_array_equal(lag, [0] * 8 if arch == "is" else [0] + [1] * 7)
+
+
+def test_oa_hears_both_executors_and_writes_the_status(config):
+    budget = 6 * per_iteration(config("ppo"))
+    cfg = config("ppo", "backend=ray", "arch=oa", f"stop.max_env_steps={budget}")
+    result = mlxe.train(cfg)
+    s, st = result.summary, status(result.run_dir)
+    assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == budget and s["iterations"] == 6
+    assert s["updates"] == 6 * ppo_updates(cfg)
+    assert st["state"] == "finished" and st["mode"] == "on-policy oa" and st["env_steps"] == budget
+    assert [e["state"] for e in st["executors"]] == ["done", "done"]
+    assert all(e["last_heard"] > 0 and e["pid"] > 0 for e in st["executors"])
+    assert sum(e["episodes"] for e in st["executors"]) == s["episodes"]
+    assert read_csv(result.run_dir / "metrics.csv")["weights_version"][-1] == 7  # 1 + one per iteration
+
+
+def test_a_killed_executor_is_replaced_and_its_rollout_asked_again(config):
+    cfg = config("ppo", "backend=ray", f"stop.max_env_steps={16 * per_iteration(config('ppo'))}")  # 16 x >= 0.1 s
+    killed = []
+
+    def kill_executor_0() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            for path in Path(cfg.run.dir).glob("*/status.json"):
+                st = status(path.parent)
+                if st["iteration"] >= 2 and st["executors"][0]["state"] == "running":
+                    ray.kill(ray.get_actor(st["executors"][0]["name"]))
+                    killed.append(st["executors"][0]["name"])
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_executor_0)
+    killer.start()
+    try:
+        run_dir, summary = train_with(cfg, PacedRollouts)
+    finally:
+        killer.join()
+    assert killed, "the run ended before executor 0 could be killed"
+    st = status(run_dir)
+    # every iteration trained both Executors' rollouts: none went missing with the dead actor
+    assert summary["stop_reason"] == "max_env_steps" and summary["env_steps"] == cfg.stop.max_env_steps
+    assert summary["iterations"] == 16 and summary["updates"] == 16 * ppo_updates(cfg)
+    assert st["executors"][0]["restarts"] == 1 and st["executors"][0]["name"] != killed[0]
+    assert st["executors"][0]["state"] == "done" and st["executors"][1]["restarts"] == 0
+    assert read_csv(run_dir / "metrics.csv")["restarts"][-1] == 1
+
+
+def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(config):
+    cfg = config("ppo", "backend=ray", "env.id=tests.runtime.crashing_env:CrashingEnv",
+                 "env.kwargs={crash_at: 3, hard: true}", "ray.max_restarts=1")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died 2 times \(ray.max_restarts=1\)"):
+        mlxe.train(cfg)
+
+
+def test_resume_continues_an_on_policy_ray_run(config):
+    per = per_iteration(config("ppo"))
+    cfg = config("ppo", "backend=ray", "arch=oa", f"stop.max_env_steps={4 * per}")
+    first = mlxe.train(cfg)
+    before = load_checkpoint(first.run_dir)
+    assert [set(s) for s in before["executors"]] == [{"rng"}, {"rng"}]
+    more = mlxe.train(overrides=[f"stop.max_env_steps={8 * per}"], resume=first.run_dir)
+    assert more.summary["env_steps"] == 8 * per and more.summary["updates"] == 8 * ppo_updates(cfg)
+    metrics = read_csv(first.run_dir / "metrics.csv")
+    np.testing.assert_array_equal(metrics["iteration"], np.arange(1, 9))
+    np.testing.assert_array_equal(metrics["env_steps"], per * np.arange(1, 9))
+    assert status(first.run_dir)["state"] == "finished"
+
+
+@pytest.mark.parametrize("algo", ["a2c", "pg"])
+def test_a2c_and_pg_train_on_ray(config, algo):
+    cfg = config(algo, "backend=ray", "stop.max_env_steps=800")
+    result = mlxe.train(cfg)
+    steps = per_iteration(cfg)
+    assert result.summary["stop_reason"] == "max_env_steps" and result.summary["updates"] > 0
+    assert result.summary["env_steps"] == -(-800 // steps) * steps
+    assert status(result.run_dir)["state"] == "finished"
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["arch=istb"], r"arch: 'istb' is not allowed with backend 'ray' and algo\.name 'ppo'; expected 'is' or 'oa'"),
+        (["ray.mode=async_experience"], r"ray\.mode: 'async_experience' is not allowed with algo\.name 'ppo'.*A3C"),
+        (["ray.mode=async_gradients"], r"ray\.mode: 'async_gradients' is not allowed"),
+        (["ray.min_finished_workers=1"], r"ray\.min_finished_workers: 1 is not allowed with algo\.name 'ppo'"),
+        (["ray.max_extra_recv_tries=2"], r"ray\.max_extra_recv_tries: 2 is not allowed"),
+        (["ray.promote_best=true"], r"ray\.promote_best: True is not allowed"),
+        (["algo.name=a3c", "arch=oa"], r"arch: 'oa' is not allowed with backend 'ray' and algo\.name 'a3c'"),
+    ],
+)
+def test_config_rules_of_the_on_policy_family_on_ray(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", *overrides])
+    for arch in ("is", "oa"):
+        assert load_config("configs/cartpole_pg.yaml", ["backend=ray", f"arch={arch}"]).arch == arch
