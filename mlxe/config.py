@@ -187,6 +187,7 @@ class RayConfig:
 
     The Learner and Memorizer stay in the driver process (the machine that runs ``mlxe train`` and
     holds the run directory); Executors are Ray actors that get the weights from the object store.
+    With ``learner_num_gpus`` > 0 the on-policy Learner (PPO, A2C, PG) runs in an actor of its own.
     """
 
     address: str | None = None  # null: start a local Ray; "auto": the cluster this machine joined; "host:port"
@@ -195,6 +196,9 @@ class RayConfig:
     placement: Literal["pack", "spread"] = "pack"  # placement-group strategy of the Executor actors
     executors_per_node: int | None = None  # k: k Executors on every alive node (replaces `executors`)
     num_cpus: float = 1.0  # CPUs reserved per Executor actor
+    # > 0: the on-policy Learner runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
+    # places it on a GPU node; use it with device=cuda or auto. 0: the Learner stays in the driver.
+    learner_num_gpus: float = 0.0
     max_restarts: int = 3  # per Executor: a dead actor is replaced this many times, then the run fails
     promote_best: bool = False  # the global weights adopt those that played a new best-return episode (seed 002)
     # sync (MARO): wait for min_finished_workers results (null: all), then up to max_extra_recv_tries
@@ -409,13 +413,19 @@ def _check_ray(cfg: Config) -> None:
     for key in ("num_cpus", "connect_timeout", "extra_recv_timeout", "status_every"):
         if getattr(r, key) <= 0:
             raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value > 0")
-    for key in ("max_restarts", "max_extra_recv_tries", "max_lag", "dc_lambda"):
+    for key in ("max_restarts", "max_extra_recv_tries", "max_lag", "dc_lambda", "learner_num_gpus"):
         if getattr(r, key) < 0:
             raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value >= 0")
     for key in ("num_gradients", "dc_history", "executors_per_node", "min_finished_workers"):
         value = getattr(r, key)
         if value is not None and value < 1:
             raise ConfigError(f"ray.{key}: {value!r} is not allowed; expected an integer >= 1")
+    if cfg.algo.name not in ON_POLICY and r.learner_num_gpus > 0:
+        raise ConfigError(
+            f"ray.learner_num_gpus: {r.learner_num_gpus!r} is not allowed with algo.name {cfg.algo.name!r}; "
+            "expected 0 (A3C's Learner shares the driver with the replay memory and the Trainer; run the "
+            "driver on the GPU node with device=cuda instead)"
+        )
     if r.min_finished_workers is not None and isinstance(cfg.executors, int) and r.executors_per_node is None:
         if r.min_finished_workers > cfg.executors:
             raise ConfigError(

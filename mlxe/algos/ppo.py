@@ -195,6 +195,11 @@ class PPOLearner:
                 stats.append(torch.stack([loss.detach(), v.detach(), pl.detach(), ent.detach(), kl, cf, grad_norm]))
         return PPOInfo(*torch.stack(stats).mean(0).tolist())
 
+    @property
+    def lr(self) -> float:
+        """The learning rate of the last update (annealed by ``schedule``)."""
+        return self.optimizer.param_groups[0]["lr"]
+
     def weights(self) -> np.ndarray:
         """The main model as the flat float32 vector (CPU, NumPy) Executors act with."""
         return flat_weights(self.main)

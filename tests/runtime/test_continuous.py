@@ -157,3 +157,15 @@ def test_halfcheetah_config_loads_with_filters_and_a_gaussian_head(tmp_path):
     pytest.importorskip("mujoco")
     spec = net_spec(cfg, *env_dims(make_env_from_config(cfg)))
     assert spec.continuous and spec.n_actions == 6 and spec.action_low == (-1.0,) * 6
+
+
+def test_halfcheetah_trains_an_iteration_and_checkpoints_its_filters(tmp_path):
+    pytest.importorskip("mujoco")
+    cfg = load_config("configs/halfcheetah_ppo.yaml", [
+        f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+        "stop.max_env_steps=512", "stop.eval_return=null", "ppo.epochs=1",
+    ])
+    result = mlxe.train(cfg)
+    assert result.summary["env_steps"] == 512 and result.summary["updates"] == 512 // 64
+    filters = load_checkpoint(result.run_dir)["filters"]
+    assert filters["obs"]["count"] == 512  # every observation the policy saw went into the statistics

@@ -16,13 +16,15 @@ publishes the new weights.
 The schedule (:func:`train_on_policy`) is written once against a small transport,
 :class:`Rollouts`: :class:`LocalRollouts` (shared memory and a process or thread pool, here) or
 :class:`~mlxe.runtime.ray.on_policy.RayRollouts` (Ray actors and the object store, ``backend: ray``).
+The Learner is built by a factory the caller may pass: in this process by default, or
+:class:`~mlxe.runtime.ray.learner.RemoteLearner` (an actor of its own, ``ray.learner_num_gpus``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,6 +40,10 @@ from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
 
 POLL_S = 0.2
+
+# Builds the on-policy Learner from (cfg, spec, seed): what the schedule calls update, weights, lr,
+# updates, state_dict and load_state_dict on.
+LearnerFactory = Callable[[Config, NetSpec, int], Any]
 
 # What an Executor's rollout brings back: the flat training batch [T*E], the episodes that ended in
 # it, and the filter statistics of its data (None without filters).
@@ -129,10 +135,17 @@ def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bo
 
 
 def train_on_policy(
-    cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, rollouts: Rollouts, asynchronous: bool
+    cfg: Config,
+    trainer: Trainer,
+    spec: NetSpec,
+    seeds: Seeds,
+    rollouts: Rollouts,
+    asynchronous: bool,
+    make_learner: LearnerFactory | None = None,
 ) -> str:
     """The IS (or, ``asynchronous``, OA) schedule over ``rollouts`` until a stop condition; returns
-    the stop reason. The Learner, the run-wide filters and the evaluation live in this process."""
+    the stop reason. The run-wide filters and the evaluation live in this process, and the Learner
+    ``make_learner`` builds (default: ``cfg.algo.name``'s Learner, in this process too)."""
     import torch
 
     from mlxe.algos import on_policy
@@ -141,7 +154,7 @@ def train_on_policy(
     n = rollouts.n
     filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
     restored = trainer.restored
-    learner = on_policy(cfg.algo.name).Learner(cfg, spec, seeds.learner)
+    learner = (make_learner or on_policy(cfg.algo.name).Learner)(cfg, spec, seeds.learner)
     if restored is not None:
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})
@@ -215,7 +228,7 @@ def train_on_policy(
         before = learner.updates
         info = learner.update(batch, progress)
         rollouts.publish(learner.weights())
-        stats = dict(vars(info), lr=learner.optimizer.param_groups[0]["lr"])
+        stats = dict(vars(info), lr=learner.lr)
         stats.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
         rollouts.close_iteration(learner.updates - before, stats, evaluate, roles)
     return trainer.finish(roles)

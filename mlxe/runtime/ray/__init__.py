@@ -7,6 +7,7 @@
 * :mod:`.server`: the parameter server and its gradient combiners (fifo, average, DC-ASGD);
 * :mod:`.sync`, :mod:`.experience`, :mod:`.gradients`: the A3C schedules of ``ray.mode``;
 * :mod:`.on_policy`: the on-policy family's local IS / OA schedule over Ray actors;
+* :mod:`.learner`: the on-policy Learner in the driver, or in an actor with GPUs (``ray.learner_num_gpus``);
 * :mod:`.stats`: run-wide statistics, ``status.json`` and ``mlxe status``;
 * :mod:`.run`: :func:`~mlxe.runtime.ray.run.run_ray`, what ``mlxe.train`` calls.
 

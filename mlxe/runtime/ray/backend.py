@@ -3,7 +3,9 @@
 ``ray.address``:
 
 * ``null``: start a Ray instance on this machine for the run (and stop it at the end), with enough
-  logical CPUs for the Executors, so ``backend=ray`` works with no cluster at all;
+  logical CPUs for the Executors (and the learner actor), so ``backend=ray`` works with no cluster
+  at all; its GPUs are the ones Ray detects on the machine, so ``ray.learner_num_gpus`` works on a
+  GPU workstation as it is;
 * ``auto``: the cluster this machine joined with ``ray start``;
 * ``host:port`` (or ``ray://host:port`` for Ray Client): that cluster's head.
 
@@ -15,7 +17,8 @@ that cannot be reached is a :class:`ClusterUnreachable` naming the address, rais
 Placement: one placement group per run. ``pack`` puts the Executors' bundles on as few nodes as
 possible, ``spread`` over as many as possible; ``executors_per_node: k`` asks for k Executors on
 every alive node (one bundle per node, strictly spread), so ``executors_per_node: 1`` is exactly one
-environment per machine.
+environment per machine. The learner actor (``ray.learner_num_gpus`` > 0) gets a placement group of
+its own, placed first: its GPU bundle is the scarcer resource (:mod:`.learner`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from contextlib import contextmanager
 from mlxe.config import Config, ConfigError
 
 LOCAL = "local Ray (started for this run)"
+LEARNER_CPUS = 1.0  # CPUs the learner actor reserves besides its GPUs (its update loop is one thread)
 
 
 class ClusterUnreachable(ConfigError):
@@ -66,15 +70,21 @@ def probe(address: str, timeout: float) -> None:
         ) from None
 
 
+def learner_cpus(cfg: Config) -> float:
+    """CPUs the run's learner actor reserves: :data:`LEARNER_CPUS`, or 0 with the Learner in the driver."""
+    return LEARNER_CPUS if cfg.ray.learner_num_gpus > 0 else 0.0
+
+
 def _local_cpus(cfg: Config) -> int:
-    """Logical CPUs of a Ray started for the run: the cores, or more if the Executors ask for more."""
+    """Logical CPUs of a Ray started for the run: the cores, or more if the Executors (and the
+    learner actor) ask for more."""
     r = cfg.ray
     cores = os.cpu_count() or 1
     if r.executors_per_node is not None:
-        return max(cores, math.ceil(r.executors_per_node * r.num_cpus))
+        return max(cores, math.ceil(r.executors_per_node * r.num_cpus + learner_cpus(cfg)))
     if cfg.executors == "auto":
         return cores
-    return max(cores, math.ceil(cfg.executors * r.num_cpus))
+    return max(cores, math.ceil(cfg.executors * r.num_cpus + learner_cpus(cfg)))
 
 
 @contextmanager
@@ -89,6 +99,7 @@ def connect(cfg: Config) -> Iterator[str]:
         return
     quiet = dict(logging_level="WARNING", log_to_driver=False)
     if address is None:
+        # num_gpus left to Ray's detection (CUDA_VISIBLE_DEVICES respected): only real GPUs are declared
         ray.init(num_cpus=_local_cpus(cfg), include_dashboard=False, **quiet)
         where = LOCAL
     else:
@@ -108,14 +119,15 @@ def connect(cfg: Config) -> Iterator[str]:
 
 def resolve_executors(cfg: Config) -> int:
     """The run's Executor count on the connected cluster: ``executors_per_node`` x alive nodes,
-    ``auto`` = the cluster's CPUs // ``ray.num_cpus``, or ``executors``."""
+    ``auto`` = the cluster's CPUs (less the learner actor's) // ``ray.num_cpus``, or ``executors``."""
     import ray
 
     r = cfg.ray
     if r.executors_per_node is not None:
         return r.executors_per_node * len([n for n in ray.nodes() if n["Alive"]])
     if cfg.executors == "auto":
-        return max(1, int(ray.cluster_resources().get("CPU", 1) // r.num_cpus))
+        cpus = ray.cluster_resources().get("CPU", 1) - learner_cpus(cfg)
+        return max(1, int(cpus // r.num_cpus))
     return cfg.executors
 
 
@@ -124,7 +136,6 @@ class Placement:
 
     def __init__(self, cfg: Config, executors: int, name: str) -> None:
         import ray
-        from ray.util.placement_group import placement_group
 
         r = cfg.ray
         if r.executors_per_node is not None:
@@ -136,10 +147,8 @@ class Placement:
             bundles = [{"CPU": r.num_cpus}] * executors
             strategy = "PACK" if r.placement == "pack" else "SPREAD"
         self.cpus = sum(b["CPU"] for b in bundles)
-        self.group = placement_group(bundles, strategy=strategy, name=name)
-        ready, _ = ray.wait([self.group.ready()], timeout=r.connect_timeout)
-        if not ready:
-            ray.util.remove_placement_group(self.group)
+        self.group = reserve(bundles, strategy, name, r.connect_timeout)
+        if self.group is None:
             cpus = ray.cluster_resources().get("CPU", 0)
             nodes = len([n for n in ray.nodes() if n["Alive"]])
             raise ConfigError(
@@ -157,13 +166,37 @@ class Placement:
             )
         }
 
-    def remove(self, timeout: float = 3.0) -> None:
-        """Free the bundles, and wait (a moment: Ray's resource view lags) until the cluster shows
-        them free again: a run started right after this one must not bend its placement around ours."""
-        import ray
+    def remove(self) -> None:
+        release(self.group, {"CPU": self.cpus})
 
-        before = ray.available_resources().get("CPU", 0.0)
-        ray.util.remove_placement_group(self.group)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and ray.available_resources().get("CPU", 0.0) < before + self.cpus:
-            time.sleep(0.05)
+
+def reserve(bundles: list[dict[str, float]], strategy: str, name: str, timeout: float):
+    """A placement group of ``bundles``, ready within ``timeout`` seconds; None if it could not be
+    placed in time (and then nothing stays reserved)."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    group = placement_group(bundles, strategy=strategy, name=name)
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        return None
+    return group
+
+
+def release(group, resources: dict[str, float], timeout: float = 3.0) -> None:
+    """Remove ``group`` (which reserved ``resources``, e.g. {"CPU": 2.0}), and wait (a moment: Ray's
+    resource view lags) until the cluster shows them free again: a run started right after this one
+    must not bend its placement around ours."""
+    import ray
+
+    before = ray.available_resources()
+    ray.util.remove_placement_group(group)
+    deadline = time.monotonic() + timeout
+
+    def freed() -> bool:
+        now = ray.available_resources()
+        return all(now.get(k, 0.0) >= before.get(k, 0.0) + v - 1e-6 for k, v in resources.items())
+
+    while time.monotonic() < deadline and not freed():
+        time.sleep(0.05)

@@ -6,7 +6,8 @@ run) and ``arch: oa`` (the next rollout asked as soon as one arrives) mean exact
 locally. Only the transport differs, :class:`RayRollouts`: a
 :class:`~mlxe.runtime.ray.actors.RolloutActor` per Executor, driven through the run's
 :class:`~mlxe.runtime.ray.pool.ExecutorSet`, and one ``ray.put`` per weight version
-(:class:`~mlxe.runtime.ray.run.Publisher`).
+(:class:`~mlxe.runtime.ray.run.Publisher`). The Learner is the driver's, or with
+``ray.learner_num_gpus`` > 0 one in an actor of its own (:mod:`~mlxe.runtime.ray.learner`).
 
 An actor that dies mid-rollout is replaced by the ExecutorSet (a restart in ``status.json`` and
 ``metrics.csv``); its rollout is lost, and the replacement is asked for it again with the newest
@@ -22,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mlxe.runtime.architectures.on_policy import Rollout, train_on_policy
+from mlxe.runtime.ray.learner import in_driver
 from mlxe.runtime.ray.run import RayRun
 
 
@@ -73,4 +75,5 @@ class RayRollouts:
 
 def run_on_policy_ray(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
-    return train_on_policy(run.cfg, run.trainer, run.spec, run.seeds, RayRollouts(run), run.cfg.arch == "oa")
+    learner = run.learner_slot.start if run.learner_slot is not None else in_driver(run.stats)
+    return train_on_policy(run.cfg, run.trainer, run.spec, run.seeds, RayRollouts(run), run.cfg.arch == "oa", learner)

@@ -3,7 +3,7 @@
 Every call is an ObjectRef the driver waits on with ``ray.wait``; ``poll`` returns the replies that
 are ready. An actor whose process (or node) dies is *replaced*: its calls in flight are discarded,
 a new actor with a fresh RNG stream takes its place in the same placement bundle, the restart is
-counted, and the schedule sees the Executor idle again. Nothing of the Learner lives in an actor, so
+counted, and the schedule sees the Executor idle again. Nothing of the Learner lives in an Executor, so
 nothing of it is lost. After ``ray.max_restarts`` replacements of one Executor, or when an actor's
 constructor raises (its environment or config cannot start), the run stops with
 :class:`~mlxe.runtime.transport.workers.WorkerFailed`. An exception raised inside a method stops the
@@ -128,7 +128,7 @@ class ExecutorSet:
         states: list[dict | None] = []
         for ref in refs:
             try:
-                states.append(_writable(ray.get(ref)))
+                states.append(writable(ray.get(ref)))
             except RayActorError:
                 states.append(None)  # the next poll sees the death and replaces it
         return states
@@ -145,13 +145,13 @@ class ExecutorSet:
 _DEAD = object()
 
 
-def _writable(obj: Any) -> Any:
+def writable(obj: Any) -> Any:
     """``obj`` with its NumPy arrays copied where Ray handed out read-only views of the object store
     (checkpoints turn arrays into tensors, which must own writable memory)."""
     if isinstance(obj, np.ndarray):
         return obj if obj.flags.writeable else obj.copy()
     if isinstance(obj, dict):
-        return {k: _writable(v) for k, v in obj.items()}
+        return {k: writable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_writable(v) for v in obj)
+        return type(obj)(writable(v) for v in obj)
     return obj

@@ -6,7 +6,8 @@ schedule in its own module (:mod:`.sync`, :mod:`.experience`, :mod:`.gradients`)
 family runs the local IS / OA schedule itself (:mod:`.on_policy`); the transport is Ray (actors for
 the Executors, the object store for the weights). :func:`ray_run` is the set-up every schedule
 shares. The driver process, where ``mlxe train`` runs, keeps the Learner (or the parameter server),
-the Trainer and the run directory, so checkpoints and ``--resume`` work exactly as locally.
+the Trainer and the run directory, so checkpoints and ``--resume`` work exactly as locally; with
+``ray.learner_num_gpus`` > 0 the on-policy Learner runs in an actor of its own (:mod:`.learner`).
 
 Weights travel once per version: :class:`Publisher` puts each version into the object store and
 every call to an Executor carries the version number and the ObjectRef (never the array); an actor
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.trainer import Trainer
 
 if TYPE_CHECKING:
+    from mlxe.runtime.ray.learner import LearnerSlot
     from mlxe.runtime.ray.pool import ExecutorSet
 
 POLL_S = 0.2  # how often a waiting driver looks at Ctrl-C, the wall-time limit and status.json
@@ -61,7 +63,8 @@ class Publisher:
 
 @dataclass
 class RayRun:
-    """What every schedule gets: the config (executors resolved), counters, actors, weights, stats."""
+    """What every schedule gets: the config (executors resolved), counters, actors, weights, stats,
+    and the learner actor's reserved slot (``ray.learner_num_gpus`` > 0; else None)."""
 
     cfg: Config
     trainer: Trainer
@@ -71,6 +74,7 @@ class RayRun:
     weights: Publisher
     stats: RunStats
     restored: dict = field(default_factory=dict)
+    learner_slot: LearnerSlot | None = None
 
     @property
     def n(self) -> int:
@@ -137,8 +141,9 @@ def run_ray(cfg: Config, trainer: Trainer, actor_class: type | None = None) -> s
 @contextmanager
 def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun]:
     """Connected to Ray, the Executor actors placed and started: the :class:`RayRun` a schedule
-    drives. On the way out the actors are stopped, status.json is written a last time (``finished``,
-    or ``failed`` when the schedule raised) and the placement group is freed."""
+    drives. The learner actor's slot (``ray.learner_num_gpus`` > 0) is reserved before the Executors'
+    bundles. On the way out the actors are stopped, status.json is written a last time (``finished``,
+    or ``failed`` when the schedule raised) and the placement groups are freed."""
     from mlxe.runtime.ray.backend import Placement, connect, resolve_executors
     from mlxe.runtime.ray.pool import ExecutorSet
 
@@ -155,20 +160,25 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
         if states is not None and len(states) != n:
             states = None  # resumed with another executor count: fresh RNG streams
         tag = f"mlxe-{trainer.run_dir.name}-{uuid.uuid4().hex[:6]}-"
-        placement = Placement(cfg, n, tag + "executors")
-        try:
+        with ExitStack() as cleanup:
+            slot = None
+            if cfg.ray.learner_num_gpus > 0:  # first: its GPU bundle is the scarcer resource
+                from mlxe.runtime.ray.learner import LearnerSlot
+
+                slot = LearnerSlot(cfg, tag + "learner", stats)
+                cleanup.callback(slot.close)
+            placement = Placement(cfg, n, tag + "executors")
+            cleanup.callback(placement.remove)
             executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag)
             publisher = Publisher(cfg.ray.dc_history if cfg.ray.promote_best else 0)
             state = "failed"
             try:
-                yield RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored)
+                yield RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored, slot)
                 state = "finished"
             finally:
                 executors.close()
                 stats.weights_version = publisher.version
                 stats.write(trainer, state, force=True)
-        finally:
-            placement.remove()
 
 
 def _schedule(mode: str):

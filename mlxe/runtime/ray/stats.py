@@ -8,7 +8,9 @@ run adds what a cluster needs watching for (seed 002's master, MARO's staleness 
   died, being replaced; ``done``), node, process id, episodes delivered, restarts, last heard;
 * data thrown away: results of an older weight version ``dropped`` (sync), episodes or gradients
   ``rejected`` beyond ``max_lag`` (async), and the mean version lag of the data that was used
-  (episodes, gradients, or the on-policy algorithms' rollouts: 0 with ``arch: is``, 1 with ``oa``).
+  (episodes, gradients, or the on-policy algorithms' rollouts: 0 with ``arch: is``, 1 with ``oa``);
+* the on-policy Learner's whereabouts: the driver or its own actor (``ray.learner_num_gpus``), node,
+  process id, torch device and the GPUs Ray assigned it.
 
 These go to ``metrics.csv`` / TensorBoard with every iteration, to the progress display, and to
 ``status.json`` in the run directory, rewritten atomically at most every ``ray.status_every``
@@ -54,6 +56,9 @@ class RunStats:
         self.rejected = 0  # async: episodes (or gradients) lagging more than ray.max_lag versions
         self.adopted = 0  # best-score promotions
         self.weights_version = 0
+        # where the on-policy Learner runs: {"actor": bool, "name", "node", "ip", "pid", "device",
+        # "gpu_ids"}; None until it is built (and for A3C)
+        self.learner: dict | None = None
         self._lags: list[int] = []  # version lags of the data (episodes or gradients) since the last iteration
         self._written = 0.0
 
@@ -138,6 +143,7 @@ class RunStats:
             "stop_reason": trainer.stop_reason,
             **run,
             "adopted": self.adopted,
+            "learner": self.learner,
             "executors": [asdict(e) for e in self.executors],
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -189,6 +195,12 @@ def status_tables(status: dict, now: float | None = None):
         ("restarts / best adopted", f"{number('restarts')} / {number('adopted')}"),
         ("elapsed", f"{number('elapsed_s', 1)} s"),
     ]
+    learner = status.get("learner")
+    if learner:
+        where = f"actor {learner['name']}" if learner["actor"] else "driver"
+        gpus = ", ".join(map(str, learner["gpu_ids"])) or "none"
+        rows.insert(3, ("learner", f"{where} on node {learner['node'][:12]} ({learner['ip']}, pid {learner['pid']}), "
+                                   f"device {learner['device']}, Ray GPUs {gpus}"))
     for key, value in rows:
         run.add_row(key, value)
     executors = Table(title="Executors", title_justify="left")

@@ -70,3 +70,15 @@ def test_a_status_not_updated_for_a_minute_is_flagged(tmp_path):
 def test_missing_status_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no status.json.*backend=ray"):
         read_status(tmp_path)
+
+
+def test_the_learner_row_says_where_the_learner_runs(tmp_path):
+    stats = RunStats(tmp_path, "on-policy is", "local", 1, every_s=0.0)
+    stats.write(fake_trainer(tmp_path))
+    assert read_status(tmp_path)["learner"] is None  # not built yet (or A3C): no row
+    stats.learner = {"actor": True, "name": "mlxe-demo-learner", "node": "beef" * 10, "ip": "10.0.0.3", "pid": 9,
+                     "device": "cuda:0", "gpu_ids": [1]}
+    stats.write(fake_trainer(tmp_path), force=True)
+    out = io.StringIO()
+    print_status(tmp_path, Console(file=out, width=200))
+    assert "actor mlxe-demo-learner on node beefbeefbeef (10.0.0.3, pid 9), device cuda:0, Ray GPUs 1" in out.getvalue()
