@@ -135,7 +135,6 @@ class Placement:
     """The run's placement group; ``options(i)`` schedules Executor ``i`` into its bundle."""
 
     def __init__(self, cfg: Config, executors: int, name: str) -> None:
-        import ray
 
         r = cfg.ray
         if r.executors_per_node is not None:
@@ -147,15 +146,11 @@ class Placement:
             bundles = [{"CPU": r.num_cpus}] * executors
             strategy = "PACK" if r.placement == "pack" else "SPREAD"
         self.cpus = sum(b["CPU"] for b in bundles)
-        self.group = reserve(bundles, strategy, name, r.connect_timeout)
-        if self.group is None:
-            cpus = ray.cluster_resources().get("CPU", 0)
-            nodes = len([n for n in ray.nodes() if n["Alive"]])
-            raise ConfigError(
-                f"ray: cannot place {executors} Executors of {r.num_cpus:g} CPU each ({strategy}) within "
-                f"{r.connect_timeout:g} s; the cluster has {cpus:g} CPUs on {nodes} node(s) "
-                "(lower executors or ray.num_cpus, or add nodes)"
-            )
+        self.group = reserve(
+            bundles, strategy, name, r.connect_timeout,
+            f"ray: cannot place {executors} Executors of {r.num_cpus:g} CPU each ({strategy})",
+            "lower executors or ray.num_cpus, or add nodes",
+        )
 
     def options(self, index: int) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -170,9 +165,9 @@ class Placement:
         release(self.group, {"CPU": self.cpus})
 
 
-def reserve(bundles: list[dict[str, float]], strategy: str, name: str, timeout: float):
-    """A placement group of ``bundles``, ready within ``timeout`` seconds; None if it could not be
-    placed in time (and then nothing stays reserved)."""
+def reserve(bundles: list[dict[str, float]], strategy: str, name: str, timeout: float, what: str, advice: str):
+    """A placement group of ``bundles``, ready within ``timeout`` seconds. Otherwise nothing stays
+    reserved and a ConfigError says ``what`` could not be placed, what the cluster has, and ``advice``."""
     import ray
     from ray.util.placement_group import placement_group
 
@@ -180,7 +175,12 @@ def reserve(bundles: list[dict[str, float]], strategy: str, name: str, timeout: 
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
         ray.util.remove_placement_group(group)
-        return None
+        have = ray.cluster_resources()
+        nodes = len([n for n in ray.nodes() if n["Alive"]])
+        raise ConfigError(
+            f"{what} within {timeout:g} s; the cluster has {have.get('CPU', 0):g} CPUs and "
+            f"{have.get('GPU', 0):g} GPUs on {nodes} node(s) ({advice})"
+        )
     return group
 
 

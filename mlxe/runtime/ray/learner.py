@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mlxe.config import Config, ConfigError
+from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.on_policy import LearnerFactory
 from mlxe.runtime.ray.actors import Actor
@@ -117,21 +117,16 @@ class LearnerSlot:
     it (the schedule's Learner factory), :meth:`close` stops the actor and frees the bundle."""
 
     def __init__(self, cfg: Config, name: str, stats: RunStats) -> None:
-        import ray
 
         r = cfg.ray
         self.name, self.stats = name, stats
         self.bundle = {"CPU": LEARNER_CPUS, "GPU": r.learner_num_gpus}
         self.actor = None
-        self.group = reserve([self.bundle], "PACK", name, r.connect_timeout)
-        if self.group is None:
-            gpus = ray.cluster_resources().get("GPU", 0)
-            nodes = len([n for n in ray.nodes() if n["Alive"]])
-            raise ConfigError(
-                f"ray.learner_num_gpus: cannot place the learner actor ({r.learner_num_gpus:g} GPU and "
-                f"{LEARNER_CPUS:g} CPU) within {r.connect_timeout:g} s; the cluster has {gpus:g} GPUs on {nodes} "
-                "node(s) (lower ray.learner_num_gpus, add a GPU node, or set it to 0 to keep the Learner in the driver)"
-            )
+        self.group = reserve(
+            [self.bundle], "PACK", name, r.connect_timeout,
+            f"ray.learner_num_gpus: cannot place the learner actor ({r.learner_num_gpus:g} GPU and {LEARNER_CPUS:g} CPU)",
+            "lower ray.learner_num_gpus, add a GPU node, or set it to 0 to keep the Learner in the driver",
+        )
 
     def start(self, cfg: Config, spec: NetSpec, seed: int) -> RemoteLearner:
         """The Learner, built in its actor; its whereabouts go to the run's statistics."""
