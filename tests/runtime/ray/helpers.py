@@ -1,13 +1,22 @@
-"""Running the Ray backend directly (with a custom Executor actor) and reading what a run wrote."""
+"""Running the Ray backend directly (with a custom Executor actor), reading what a run wrote, and
+acting on a run while it goes (killing an actor at a chosen moment)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from mlxe.runtime.ray.actors import ExecutorActor
 from mlxe.runtime.ray.run import run_ray
-from mlxe.runtime.trainer import Trainer, new_run_dir
+from mlxe.runtime.trainer import Trainer, load_checkpoint, new_run_dir
+from mlxe.telemetry.metrics import read_csv
 
 
 def train_with(cfg, actor_class: type = ExecutorActor) -> tuple[Path, dict]:
@@ -21,3 +30,74 @@ def train_with(cfg, actor_class: type = ExecutorActor) -> tuple[Path, dict]:
 
 def status(run_dir: Path) -> dict:
     return json.loads((run_dir / "status.json").read_text())
+
+
+def assert_same_run(a, b, metrics: tuple[str, ...] = ("loss",)) -> None:
+    """Two finished runs (``mlxe.train`` results) are the same run: the summary's counters and
+    returns, every episode, the ``metrics`` columns, and the Learner's weights and optimizer state."""
+    for key in ("stop_reason", "iterations", "episodes", "env_steps", "updates", "best_return", "ma_return"):
+        assert b.summary[key] == a.summary[key], key
+    x, y = (read_csv(r.run_dir / "episodes.csv") for r in (a, b))
+    for key in ("executor", "length", "return"):
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    x, y = (read_csv(r.run_dir / "metrics.csv") for r in (a, b))
+    for key in metrics:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    x, y = (load_checkpoint(r.run_dir)["learner"] for r in (a, b))
+    for name, tensor in x["main"].items():
+        assert np.array_equal(tensor.numpy(), y["main"][name].numpy()), name
+    for index, moments in x["optimizer"]["state"].items():
+        for name, tensor in moments.items():
+            assert np.array_equal(tensor.numpy(), y["optimizer"]["state"][index][name].numpy()), (index, name)
+    assert x["updates"] == y["updates"] == a.summary["updates"]
+
+
+@contextmanager
+def local_ray(num_cpus: int = 2, num_gpus: int | None = None) -> Iterator[None]:
+    """A Ray instance on this machine, quiet, for a test module (``num_gpus``: logical GPUs to declare)."""
+    import ray
+
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextmanager
+def when_status(run_root: str | Path, act: Callable[[Path, dict], Any], timeout: float = 60.0) -> Iterator[list]:
+    """While the body runs, read the status.json of every run under ``run_root`` every 50 ms and call
+    ``act(run_dir, status)`` until it returns something other than None, once; yields the list that
+    result goes to (empty if the moment never came)."""
+    done: list = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while not done and not stop.is_set() and time.monotonic() < deadline:
+            for path in Path(run_root).glob("*/status.json"):
+                result = act(path.parent, status(path.parent))
+                if result is not None:
+                    done.append(result)
+                    break
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def kill_executor_0(run_dir: Path, st: dict) -> str | None:
+    """A :func:`when_status` action: kill Executor 0's actor once the run is past its second
+    iteration with it running; the killed actor's name."""
+    import ray
+
+    executor = st["executors"][0]
+    if st["iteration"] >= 2 and executor["state"] == "running":
+        ray.kill(ray.get_actor(executor["name"]))
+        return executor["name"]
+    return None

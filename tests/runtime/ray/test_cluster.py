@@ -69,34 +69,25 @@ def test_mlxe_train_joins_a_cluster_by_its_address(cluster, tmp_path):
 
 def test_the_run_survives_the_death_of_a_node(cluster, on_cluster):
     """Executors spread one per node; the worker node dies mid-run; its Executor is replaced on the head."""
-    import threading
-    import time
     from pathlib import Path
 
-    from tests.runtime.ray.helpers import train_with
+    from tests.runtime.ray.helpers import train_with, when_status
     from tests.runtime.ray.slow import Paced
 
     worker = next(iter(cluster.worker_nodes))
     cfg = on_cluster("ray.placement=spread", "executors=2", "ray.mode=async_experience", "ray.status_every=0.1",
                      "stop.max_episodes=60")
-    removed = []
 
-    def remove_worker_node() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not removed:
-            for path in Path(cfg.run.dir).glob("*/status.json"):
-                st = status(path.parent)
-                if st["iteration"] >= 1 and any(e["node"] == worker.node_id and e["state"] == "running" for e in st["executors"]):
-                    cluster.remove_node(worker, allow_graceful=False)
-                    removed.append(worker.node_id)
-            time.sleep(0.05)
+    def remove_worker_node(run_dir: Path, st: dict) -> str | None:
+        if st["iteration"] >= 1 and any(e["node"] == worker.node_id and e["state"] == "running" for e in st["executors"]):
+            cluster.remove_node(worker, allow_graceful=False)
+            return worker.node_id
+        return None
 
-    thread = threading.Thread(target=remove_worker_node)
-    thread.start()
     try:
-        run_dir, summary = train_with(cfg, Paced)
+        with when_status(cfg.run.dir, remove_worker_node) as removed:
+            run_dir, summary = train_with(cfg, Paced)
     finally:
-        thread.join()
         cluster.add_node(num_cpus=2)  # the next tests want two nodes again
     assert removed, "the run ended before the node could be removed"
     st = status(run_dir)

@@ -6,11 +6,9 @@ resumes; the config rules."""
 
 import io
 import os
-import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -21,8 +19,7 @@ from mlxe.runtime.ray.backend import _local_cpus, resolve_executors  # noqa: E40
 from mlxe.runtime.ray.stats import print_status  # noqa: E402
 from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
-from mlxe.telemetry.metrics import read_csv  # noqa: E402
-from tests.runtime.ray.helpers import status, train_with  # noqa: E402
+from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_with, when_status  # noqa: E402
 from tests.runtime.ray.slow import PacedRollouts  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
@@ -33,9 +30,8 @@ PPO_COLUMNS = ("loss", "value_loss", "policy_loss", "entropy", "approx_kl", "cli
 @pytest.fixture(scope="module", autouse=True)
 def ray_with_a_gpu():
     # 2 Executors + the learner actor's CPU; the GPU is logical (Ray only counts it)
-    ray.init(num_cpus=3, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=3, num_gpus=1):
+        yield
 
 
 @pytest.fixture
@@ -64,21 +60,7 @@ def test_the_learner_actor_replays_the_driver_learner_run(config):
               f"stop.max_env_steps={6 * per_iteration(config())}"]
     driver = mlxe.train(config(*budget))
     actor = mlxe.train(config("ray.learner_num_gpus=1", *budget))
-    for key in ("stop_reason", "iterations", "episodes", "env_steps", "updates", "best_return", "ma_return"):
-        assert actor.summary[key] == driver.summary[key], key
-    a, b = (read_csv(r.run_dir / "episodes.csv") for r in (driver, actor))
-    for key in ("executor", "length", "return"):
-        np.testing.assert_array_equal(a[key], b[key])
-    a, b = (read_csv(r.run_dir / "metrics.csv") for r in (driver, actor))
-    for key in PPO_COLUMNS:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    a, b = (load_checkpoint(r.run_dir)["learner"] for r in (driver, actor))
-    for name, tensor in a["main"].items():
-        assert np.array_equal(tensor.numpy(), b["main"][name].numpy()), name
-    for index, moments in a["optimizer"]["state"].items():
-        for name, tensor in moments.items():
-            assert np.array_equal(tensor.numpy(), b["optimizer"]["state"][index][name].numpy()), (index, name)
-    assert a["updates"] == b["updates"] == driver.summary["updates"]
+    assert_same_run(driver, actor, PPO_COLUMNS)
 
     held, here = status(actor.run_dir)["learner"], status(driver.run_dir)["learner"]
     assert held["actor"] and held["name"].endswith("learner") and held["pid"] not in (0, os.getpid())
@@ -110,25 +92,16 @@ def test_a_learner_that_cannot_start_stops_the_run_naming_it(config):
 def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes(config, tmp_path):
     per = per_iteration(config())
     cfg = config("ray.learner_num_gpus=1", "run.checkpoint_every=1", f"stop.max_env_steps={16 * per}")  # 16 x >= 0.1 s
-    killed = []
 
-    def kill_the_learner() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not killed:
-            for path in Path(cfg.run.dir).glob("*/status.json"):
-                st = status(path.parent)
-                if st["iteration"] >= 2 and st["learner"]:
-                    ray.kill(ray.get_actor(st["learner"]["name"]))
-                    killed.append(path.parent)
-            time.sleep(0.05)
+    def kill_the_learner(run_dir: Path, st: dict) -> Path | None:
+        if st["iteration"] >= 2 and st["learner"]:
+            ray.kill(ray.get_actor(st["learner"]["name"]))
+            return run_dir
+        return None
 
-    killer = threading.Thread(target=kill_the_learner)
-    killer.start()
-    try:
+    with when_status(cfg.run.dir, kill_the_learner) as killed:
         with pytest.raises(WorkerFailed, match=r"learner failed: the learner actor died .* --resume"):
             train_with(cfg, PacedRollouts)
-    finally:
-        killer.join()
     assert killed, "the run ended before the learner could be killed"
     run_dir = killed[0]
     assert status(run_dir)["state"] == "failed"

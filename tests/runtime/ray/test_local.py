@@ -1,9 +1,6 @@
 """The Ray backend on a local Ray of 2 CPUs (one ray.init for the module): every mode trains
 CartPole, stragglers and lagging data are dropped and counted, dead actors are replaced, runs resume."""
 
-import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,15 +11,14 @@ import mlxe  # noqa: E402
 from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402
-from tests.runtime.ray.helpers import status, train_with  # noqa: E402
+from tests.runtime.ray.helpers import kill_executor_0, local_ray, status, train_with, when_status  # noqa: E402
 from tests.runtime.ray.slow import Paced, SlowSecond  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_for_the_module():
+    with local_ray(num_cpus=2):
+        yield
 
 
 @pytest.fixture
@@ -85,24 +81,8 @@ def test_async_experience_rejects_data_beyond_max_lag(ray_config):
 
 def test_a_killed_executor_is_replaced_and_the_run_finishes(ray_config):
     cfg = ray_config("stop.max_episodes=40")
-    killed = []
-
-    def kill_executor_0() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not killed:
-            for path in Path(cfg.run.dir).glob("*/status.json"):
-                st = status(path.parent)
-                if st["iteration"] >= 2 and st["executors"][0]["state"] == "running":
-                    ray.kill(ray.get_actor(st["executors"][0]["name"]))
-                    killed.append(st["executors"][0]["name"])
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_executor_0)
-    killer.start()
-    try:
+    with when_status(cfg.run.dir, kill_executor_0) as killed:
         run_dir, summary = train_with(cfg, Paced)
-    finally:
-        killer.join()
     assert killed, "the run ended before executor 0 could be killed"
     st = status(run_dir)
     assert summary["stop_reason"] == "max_episodes" and summary["episodes"] >= 40

@@ -1,9 +1,6 @@
 """The on-policy family (PPO, A2C, PG) on a local Ray of 2 CPUs (one ray.init for the module): the
 local IS and OA runs replayed exactly, a killed Executor replaced, runs resumed, the config rules."""
 
-import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +12,7 @@ from mlxe.config import ConfigError, load_config  # noqa: E402
 from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402
-from tests.runtime.ray.helpers import status, train_with  # noqa: E402
+from tests.runtime.ray.helpers import assert_same_run, kill_executor_0, local_ray, status, train_with, when_status  # noqa: E402
 from tests.runtime.ray.slow import PacedRollouts  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
@@ -34,10 +31,9 @@ def ppo_updates(cfg) -> int:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_for_the_module():
+    with local_ray(num_cpus=2):
+        yield
 
 
 @pytest.fixture
@@ -56,16 +52,8 @@ def test_ray_replays_the_local_run(config, arch):
     budget = [*knobs, f"stop.max_env_steps={8 * per_iteration(config('ppo'))}"]
     local = mlxe.train(config("ppo", *budget))
     on_ray = mlxe.train(config("ppo", "backend=ray", *budget))
-    for key in ("stop_reason", "iterations", "episodes", "env_steps", "updates", "best_return", "ma_return"):
-        assert on_ray.summary[key] == local.summary[key], key
-    a, b = (read_csv(r.run_dir / "episodes.csv") for r in (local, on_ray))
-    for key in ("executor", "length", "return"):
-        np.testing.assert_array_equal(a[key], b[key])
-    a, b = (read_csv(r.run_dir / "metrics.csv") for r in (local, on_ray))
-    np.testing.assert_array_equal(a["loss"], b["loss"])
+    assert_same_run(local, on_ray)
     a, b = (load_checkpoint(r.run_dir) for r in (local, on_ray))
-    for name, tensor in a["learner"]["main"].items():
-        assert np.array_equal(tensor.numpy(), b["learner"]["main"][name].numpy()), name
     assert a["filters"]["obs"]["count"] == b["filters"]["obs"]["count"] == local.summary["env_steps"]
     assert b["executors"] == a["executors"]  # the local Executors' checkpoint format
     # the version lag of the rollouts used: IS plays with the newest weights; OA one version behind
@@ -89,24 +77,8 @@ def test_oa_hears_both_executors_and_writes_the_status(config):
 
 def test_a_killed_executor_is_replaced_and_its_rollout_asked_again(config):
     cfg = config("ppo", "backend=ray", f"stop.max_env_steps={16 * per_iteration(config('ppo'))}")  # 16 x >= 0.1 s
-    killed = []
-
-    def kill_executor_0() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not killed:
-            for path in Path(cfg.run.dir).glob("*/status.json"):
-                st = status(path.parent)
-                if st["iteration"] >= 2 and st["executors"][0]["state"] == "running":
-                    ray.kill(ray.get_actor(st["executors"][0]["name"]))
-                    killed.append(st["executors"][0]["name"])
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_executor_0)
-    killer.start()
-    try:
+    with when_status(cfg.run.dir, kill_executor_0) as killed:
         run_dir, summary = train_with(cfg, PacedRollouts)
-    finally:
-        killer.join()
     assert killed, "the run ended before executor 0 could be killed"
     st = status(run_dir)
     # every iteration trained both Executors' rollouts: none went missing with the dead actor
