@@ -99,6 +99,11 @@ class AlgoConfig:
     td_n: int | None = None  # value target: None = the Monte-Carlo return G, n = n-step TD target
     off_policy: Literal["none", "truncated_is", "vtrace"] = "none"  # correction of the replayed policy term
     promote_best_every: int | None = None  # every k iterations reset the main model to the best so far
+    # gradients of the on-policy Learners (ppo, a2c, pg): "numpy" = hand-derived backprop on the CPU
+    # (mlxe.models.backprop, ~2x faster for small MLPs), "autograd" = torch autograd of the loss as
+    # written in the algorithm file (any device), "auto" = numpy on the CPU with torch_threads 1,
+    # autograd otherwise
+    backprop: Literal["auto", "numpy", "autograd"] = "auto"
 
 
 @dataclass
@@ -375,6 +380,11 @@ def _check_ranges(cfg: Config) -> None:
         raise ConfigError(
             f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (rollouts have no episodes to pause); "
             "expected 'istb', 'is' or 'oa'"
+        )
+    if cfg.algo.name not in ON_POLICY and cfg.algo.backprop != "auto":
+        raise ConfigError(
+            f"algo.backprop: {cfg.algo.backprop!r} applies to the on-policy Learners (ppo, a2c, pg), "
+            f"not to algo.name {cfg.algo.name!r} (its Learner uses torch autograd); leave it 'auto'"
         )
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(

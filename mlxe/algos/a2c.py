@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.distributions import log_prob_entropy
-from mlxe.algos.ppo import PPOLearner, rollout_targets
+from mlxe.algos.ppo import PPOLearner, rollout_targets, value_loss_grad
 
 
 def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
@@ -32,7 +32,7 @@ class A2CLearner(PPOLearner):
     def make_optimizer(self):
         import torch
 
-        return torch.optim.RMSprop(self.main.parameters(), lr=self.cfg.algo.lr, alpha=0.99, eps=1e-5)
+        return torch.optim.RMSprop([self.flat], lr=self.cfg.algo.lr, alpha=0.99, eps=1e-5)
 
     def loss(self, mb: dict, clip: float):
         import torch
@@ -46,6 +46,16 @@ class A2CLearner(PPOLearner):
         loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy
         zero = logp.new_zeros(())  # on the Learner's device, as the other stats
         return loss, (value_loss, policy_loss, entropy, zero, zero, torch.ones_like(logp))
+
+    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float):
+        """``loss`` in NumPy with its gradient, as ``PPOLearner.loss_grad``."""
+        a, n = self.cfg.algo, len(logp)
+        policy_loss = -float(np.mean(logp * mb["advantage"]))
+        value_loss, d_value = value_loss_grad(value, mb["ret"], mb["value"], None)
+        mean_entropy = float(np.mean(entropy))
+        loss = policy_loss + a.value_coef * value_loss - a.entropy_coef * mean_entropy
+        stats = (loss, value_loss, policy_loss, mean_entropy, 0.0, 0.0)
+        return stats, mb["advantage"] * np.float32(-1.0 / n), -a.entropy_coef / n, d_value * np.float32(a.value_coef)
 
 
 Learner = A2CLearner

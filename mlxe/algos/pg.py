@@ -41,5 +41,13 @@ class PGLearner(PPOLearner):
         zero = logp.new_zeros(())  # on the Learner's device, as the other stats
         return policy_loss - self.cfg.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero, torch.ones_like(logp))
 
+    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float):
+        """``loss`` in NumPy with its gradient, as ``PPOLearner.loss_grad`` (no value term: dL/dV is None)."""
+        a, n = self.cfg.algo, len(logp)
+        policy_loss = -float(np.mean(logp * mb["advantage"]))
+        mean_entropy = float(np.mean(entropy))
+        stats = (policy_loss - a.entropy_coef * mean_entropy, 0.0, policy_loss, mean_entropy, 0.0, 0.0)
+        return stats, mb["advantage"] * np.float32(-1.0 / n), -a.entropy_coef / n, None
+
 
 Learner = PGLearner

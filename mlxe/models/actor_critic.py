@@ -207,6 +207,29 @@ def flat_weights(model) -> np.ndarray:
         return torch.nn.utils.parameters_to_vector(model.parameters()).cpu().numpy().copy()
 
 
+def share_flat(model):
+    """One flat Parameter [num_params] (on the module's device) holding ``model``'s parameters in the
+    flat layout; each module parameter, and its ``.grad``, becomes a view of it (of its ``.grad``).
+
+    An optimizer over the flat vector then trains the module, autograd's gradients land in the flat
+    gradient, one norm clips them, and on the CPU NumPy reads and writes both without copies. Zero
+    the flat gradient rather than setting any ``.grad`` to None, which would cut a view loose.
+    """
+    import torch
+
+    params = list(model.parameters())
+    with torch.no_grad():
+        flat = torch.nn.Parameter(torch.nn.utils.parameters_to_vector(params).clone())
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat.data[offset : offset + n].view_as(p)
+        p.grad = flat.grad[offset : offset + n].view_as(p)
+        offset += n
+    return flat
+
+
 _NP_ACT = {
     "relu": lambda x: np.maximum(x, 0.0, out=x),
     "tanh": lambda x: np.tanh(x, out=x),
@@ -252,6 +275,16 @@ class NumpyActorCritic:
         if spec.continuous:
             self._center, self._scale = spec.action_center_scale()
             self._log_std = flat[offset : offset + spec.log_std_params()] if spec.log_std_params() else None
+
+    @property
+    def layers(self) -> tuple[list, list, list]:
+        """(trunk, policy, value) layers; each has ``w`` [in, out] and ``b`` [out], views of ``flat``."""
+        return self._trunk, self._policy, self._value
+
+    @property
+    def log_std(self) -> np.ndarray | None:
+        """The state-independent log-std [A], a view of ``flat`` (None where there is none)."""
+        return self._log_std if self.continuous else None
 
     def reset_noise(self, rng: np.random.Generator) -> None:
         for layer in self._noisy:

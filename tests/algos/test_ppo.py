@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -212,3 +214,102 @@ def test_pg_loss_on_a_continuous_batch_trains_the_log_std():
     assert entropy.item() == pytest.approx(normal.entropy().sum(-1).mean().item(), rel=1e-6)
     loss.backward()
     assert learner.main.log_std.weight.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- NumPy backprop vs autograd
+
+
+def numpy_and_autograd_gradients(learner, b, clip=0.2):
+    """(stats, flat gradient) of one minibatch by ``loss_grad`` + hand-derived backprop, then by autograd of ``loss``."""
+    bp = learner.backprop
+    bp.grads.flat.fill(0.0)
+    head, value, cache = bp.forward(b["obs"])
+    logp, entropy, vjp = bp.log_prob_entropy(head, b["action"])
+    stats, d_logp, d_entropy, d_value = learner.loss_grad(logp, entropy, value, b, clip)
+    bp.backward(cache, vjp(d_logp, d_entropy), d_value)
+    numpy_grad = bp.grads.flat.copy()
+    learner.flat.grad.zero_()
+    loss, (v, pl, ent, kl, cf, _) = learner.loss({k: torch.as_tensor(x) for k, x in b.items()}, clip)
+    loss.backward()
+    torch_stats = [t.item() for t in (loss, v, pl, ent, kl, cf)]
+    return stats, torch_stats, numpy_grad, learner.flat.grad.numpy().copy()
+
+
+LOSSES = {
+    "ppo": ("ppo", SPEC, batch, ()),
+    "ppo, value clip, entropy, raw advantages": (
+        "ppo", SPEC, batch, ("ppo.clip_value=0.1", "algo.entropy_coef=0.05", "ppo.normalize_advantages=false")),
+    "ppo, log-std Gaussian, entropy": ("ppo", box_spec(), gaussian_batch, ("algo.entropy_coef=0.05",)),
+    "ppo, softplus Gaussian, value clip": ("ppo", box_spec("softplus"), gaussian_batch, ("ppo.clip_value=0.1",)),
+    "a2c": ("a2c", SPEC, batch, ("algo.entropy_coef=0.05",)),
+    "a2c, Gaussian": ("a2c", box_spec(), gaussian_batch, ("algo.entropy_coef=0.05",)),
+    "pg": ("pg", SPEC, batch, ("algo.entropy_coef=0.05",)),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_numpy_loss_and_gradient_equal_autograd_of_the_torch_loss(name):
+    from mlxe.algos import on_policy
+
+    algo, spec, make_batch, overrides = LOSSES[name]
+    learner = on_policy(algo).Learner(cfg(*overrides), spec, seed=0)
+    assert learner.backprop is not None  # auto on the CPU
+    b = make_batch(learner)
+    # move the old policy off the current one: some ratios outside the clip range, some values clipped
+    rng = np.random.default_rng(3)
+    b["logp"] = b["logp"] + rng.normal(0, 0.3, len(b["logp"])).astype(np.float32)
+    b["value"] = b["value"] + rng.normal(0, 0.3, len(b["value"])).astype(np.float32)
+    stats, torch_stats, numpy_grad, torch_grad = numpy_and_autograd_gradients(learner, b)
+    if algo == "ppo":
+        assert 0.1 < stats[5] < 0.9  # clip fraction: both branches of the surrogate are exercised
+    np.testing.assert_allclose(stats, torch_stats, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(numpy_grad, torch_grad, rtol=1e-4, atol=1e-6 * np.abs(torch_grad).max())
+    assert np.abs(torch_grad).max() > 0
+
+
+def test_numpy_ratio_is_exactly_one_on_the_first_minibatch():
+    learner = PPOLearner(cfg(), SPEC, seed=0)
+    b = batch(learner)
+    head, value, _ = learner.backprop.forward(b["obs"])
+    b["logp"], _, _ = learner.backprop.log_prob_entropy(head, b["action"])  # the old policy is this one
+    stats, *_ = learner.loss_grad(*learner.backprop.log_prob_entropy(head, b["action"])[:2], value, b, clip=0.2)
+    assert stats[4] == 0.0 and stats[5] == 0.0  # approx KL, clip fraction
+
+
+def test_numpy_and_autograd_updates_train_the_same_weights():
+    a = PPOLearner(cfg("algo.backprop=numpy", "ppo.epochs=3", "algo.batch_size=32"), SPEC, seed=0)
+    b = PPOLearner(cfg("algo.backprop=autograd", "ppo.epochs=3", "algo.batch_size=32"), SPEC, seed=0)
+    assert a.backprop is not None and b.backprop is None
+    data = batch(a, n=64)
+    info_a, info_b = a.update(data, progress=0.1), b.update(data, progress=0.1)
+    assert a.updates == b.updates == 6
+    np.testing.assert_allclose(list(vars(info_a).values()), list(vars(info_b).values()), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(a.weights(), b.weights(), atol=1e-5)
+    assert not np.array_equal(a.weights(), PPOLearner(cfg(), SPEC, seed=0).weights())  # it did train
+    # the module the checkpoints save is the flat vector the optimizer stepped
+    np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(a.main.parameters()).detach().numpy(), a.weights())
+
+
+def test_a_checkpoint_resumes_across_backprop_kinds():
+    a = PPOLearner(cfg("algo.backprop=numpy"), SPEC, seed=0)
+    a.update(batch(a), progress=0.1)
+    b = PPOLearner(cfg("algo.backprop=autograd"), SPEC, seed=1)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # as through a checkpoint file: no shared tensors
+    np.testing.assert_array_equal(a.weights(), b.weights())
+    data = batch(a, seed=5)
+    a.update(data, progress=0.2)
+    b.update(data, progress=0.2)
+    np.testing.assert_allclose(a.weights(), b.weights(), atol=1e-5)
+
+
+def test_backprop_choice():
+    from mlxe.config import ConfigError
+
+    assert PPOLearner(cfg("torch_threads=2"), SPEC, seed=0).backprop is None  # auto: not beside torch's threads
+    assert PPOLearner(cfg("torch_threads=2", "algo.backprop=numpy"), SPEC, seed=0).backprop is not None
+    noisy = NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), noisy_policy=True)
+    assert PPOLearner(cfg(), noisy, seed=0).backprop is None
+    with pytest.raises(ConfigError, match="algo.backprop: 'numpy' needs device 'cpu' and no NoisyNet"):
+        PPOLearner(cfg("algo.backprop=numpy"), noisy, seed=0)
+    with pytest.raises(ConfigError, match="algo.backprop: 'numpy' applies to the on-policy Learners"):
+        load_config("configs/cartpole_a3c.yaml", ["algo.backprop=numpy"])

@@ -23,7 +23,12 @@ def test_oa_checkpoints_with_rollouts_in_flight_and_resumes(tmp_path):
 
 
 def test_oa_ppo_solves_cartpole(tmp_path):
-    """Acting beside learning (rollouts one weight version behind) still solves CartPole-v1."""
-    result = mlxe.train(oa_config(tmp_path, "seed=0"))
+    """Acting beside learning (rollouts one weight version behind) still solves CartPole-v1.
+
+    OA runs are not reproducible (which weight version a rollout acts with depends on timing), and a
+    policy that has just crossed 475 scores 460-500 on 20 fresh episodes, one that crossed 490 still
+    474-500 (measured over 5 and 14 runs): the run stops at a perfect 500, after which fresh episodes
+    scored 498-500 (8 runs), above the 475 threshold."""
+    result = mlxe.train(oa_config(tmp_path, "seed=0", "stop.eval_return=500"))
     assert result.summary["stop_reason"] == "eval_return", result.summary
     assert mlxe.evaluate(result.run_dir, episodes=20, seed=123)["mean_return"] >= 475
