@@ -160,7 +160,8 @@ class Backprop:
         for n in reversed(range(len(layers))):
             if not (last_linear and n == len(layers) - 1):
                 dy = self._act_grad(dy, outputs[n + 1])
-            grads[n].w += outputs[n].T @ dy  # w is the [in, out] view of W [out, in]
+            gw = grads[n].w.T  # W's layout [out, in]: adding into the transposed view is 4x slower
+            gw += dy.T @ outputs[n]
             grads[n].b += dy.sum(0)
             if n == 0 and not need_input:
                 return None
