@@ -222,7 +222,7 @@ class PPOLearner:
         surrogate, surrogate_clipped = ratio * adv, np.clip(ratio, 1.0 - clip, 1.0 + clip) * adv
         policy_loss = -float(np.mean(np.minimum(surrogate, surrogate_clipped)))
         # d(r A)/dlog pi = r A where the unclipped term is the smaller one; 0 where clip(r) is (flat there)
-        d_logp = np.where(surrogate <= surrogate_clipped, surrogate, 0.0).astype(np.float32) * np.float32(-1.0 / n)
+        d_logp = np.where(surrogate <= surrogate_clipped, surrogate, 0.0) * np.float32(-1.0 / n)
         value_loss, d_value = value_loss_grad(value, mb["ret"], mb["value"], p.clip_value)
         mean_entropy = float(np.mean(entropy))
         loss = policy_loss + a.value_coef * value_loss - a.entropy_coef * mean_entropy
@@ -257,6 +257,7 @@ class PPOLearner:
 
     @property
     def max_grad_norm(self) -> float:
+        """``algo.max_grad_norm``, infinite where it is null (no clipping)."""
         return self.cfg.algo.max_grad_norm if self.cfg.algo.max_grad_norm is not None else float("inf")
 
     def step_numpy(self, mb: dict[str, np.ndarray], clip: float) -> list[float]:
