@@ -11,6 +11,7 @@ import numpy as np
 from mlxe.algos.a3c import A3CLearner
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.memorizer import Memorizer
+from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.weights import SharedWeights
 
 
@@ -53,9 +54,7 @@ class Learner:
     """Runs the algorithm's updates for one iteration (or one block of the online schedule)."""
 
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
+        limit_threads(cfg.torch_threads, torch=True)
         self.algo = A3CLearner(cfg.algo, spec, seed, cfg.device)
         every = cfg.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None

@@ -35,6 +35,7 @@ from mlxe.runtime.architectures.common import Seeds, context
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.executor import Episode, net_spec
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
+from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
@@ -146,11 +147,9 @@ def train_on_policy(
     """The IS (or, ``asynchronous``, OA) schedule over ``rollouts`` until a stop condition; returns
     the stop reason. The run-wide filters and the evaluation live in this process, and the Learner
     ``make_learner`` builds (default: ``cfg.algo.name``'s Learner, in this process too)."""
-    import torch
-
     from mlxe.algos import on_policy
 
-    torch.set_num_threads(cfg.torch_threads)
+    limit_threads(cfg.torch_threads, torch=True)
     n = rollouts.n
     filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
     restored = trainer.restored

@@ -25,6 +25,7 @@ import numpy as np
 from mlxe.runtime.executor import Episode, Executor
 from mlxe.runtime.ray.server import compute_gradient
 from mlxe.runtime.rollout import RolloutExecutor
+from mlxe.runtime.threads import limit_threads
 
 
 class ObjectStoreWeights:
@@ -87,12 +88,8 @@ class ExecutorActor(Actor):
         self.executor = Executor(cfg, index, self.weights, seed)
         self.gradients = cfg.ray.mode == "async_gradients"
         if self.gradients:  # only then does an Executor need torch
-            import torch
-
             from mlxe.algos.a3c import A3CLearner
             from mlxe.runtime.memorizer import Memorizer
-
-            torch.set_num_threads(cfg.torch_threads)
 
             # The Executor's own share of the replay (capacity_per_executor rows) and a model copy
             # for the loss; the optimizer that uses the gradients lives on the parameter server.
@@ -100,6 +97,7 @@ class ExecutorActor(Actor):
             self.algo = A3CLearner(cfg.algo, self.executor.spec, seed)
             self.owed = 0  # gradients still to compute from the memory before the next episode
             self.episodes = 0
+        limit_threads(cfg.torch_threads, torch=self.gradients)
         if state is not None:
             self.load_state_dict(state)
 
@@ -153,6 +151,7 @@ class RolloutActor(Actor):
         self.index = index
         self.weights = ObjectStoreWeights()
         self.executor = RolloutExecutor(cfg, index, self.weights, seed)
+        limit_threads(cfg.torch_threads)
         if state is not None:
             self.load_state_dict(state)
 

@@ -26,18 +26,17 @@ import numpy as np
 from mlxe.runtime.ray.actors import Gradient
 from mlxe.runtime.ray.run import POLL_S, RayRun
 from mlxe.runtime.ray.server import ParameterServer, WeightHistory, make_combiner
+from mlxe.runtime.threads import limit_threads
 
 LOSS_KEYS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 
 def run_async_gradients(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
-    import torch
-
     from mlxe.algos.a3c import A3CLearner
 
     cfg, trainer, pool = run.cfg, run.trainer, run.executors
-    torch.set_num_threads(cfg.torch_threads)
+    limit_threads(cfg.torch_threads, torch=True)
     algo = A3CLearner(cfg.algo, run.spec, run.seeds.learner)
     if "learner" in run.restored:
         algo.load_state_dict(run.restored["learner"])

@@ -30,6 +30,7 @@ from mlxe.runtime.ray.actors import Actor
 from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
 from mlxe.runtime.ray.pool import writable
 from mlxe.runtime.ray.stats import RunStats
+from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
 
 # What the learner actor reports after each change: (updates, lr, weights [P] float32).
@@ -41,11 +42,9 @@ class LearnerActor(Actor):
     makes it a Ray actor with the run's resource request)."""
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        import torch
-
         from mlxe.algos import on_policy
 
-        torch.set_num_threads(cfg.torch_threads)  # as in the driver: the same numerics on the CPU
+        limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
         self.learner = on_policy(cfg.algo.name).Learner(cfg, spec, seed)
 
     def describe(self) -> dict:

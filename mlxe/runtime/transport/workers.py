@@ -21,6 +21,8 @@ from collections.abc import Callable
 from multiprocessing import connection
 from typing import Any
 
+from mlxe.runtime.threads import limit_threads
+
 
 class WorkerFailed(RuntimeError):
     """A role (Executor, Memorizer, Learner) raised or died; the message names it."""
@@ -60,7 +62,8 @@ def _run_guarded(fn: Callable, channel: Any, args: tuple) -> None:
 def _process_main(conn: connection.Connection, fn: Callable, args: tuple, threads: int) -> None:
     # Ctrl-C goes to the whole process group: let the coordinator decide, then tell us to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # for what the role imports from here on
+    limit_threads(threads)  # NumPy's BLAS, already loaded to unpickle the arguments
     _run_guarded(fn, conn, args)
 
 
