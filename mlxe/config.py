@@ -386,6 +386,11 @@ def _check_ranges(cfg: Config) -> None:
             f"algo.backprop: {cfg.algo.backprop!r} applies to the on-policy Learners (ppo, a2c, pg), "
             f"not to algo.name {cfg.algo.name!r} (its Learner uses torch autograd); leave it 'auto'"
         )
+    if cfg.algo.backprop == "numpy" and (cfg.device.startswith("cuda") or cfg.model.noisy_policy):
+        raise ConfigError(
+            f"algo.backprop: 'numpy' computes on the CPU without NoisyNet layers (device={cfg.device!r}, "
+            f"model.noisy_policy={cfg.model.noisy_policy}); use 'auto' or 'autograd'"
+        )
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(
             f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"

@@ -263,6 +263,9 @@ class PPOLearner:
     def step_numpy(self, mb: dict[str, np.ndarray], clip: float) -> list[float]:
         """One update by ``loss_grad`` and hand-derived backprop; returns the PPOInfo fields."""
         grad = self.backprop.grads.flat
+        # the optimizer reads self.flat.grad: it must still be this memory (a zero_grad() setting it
+        # to None, or a new tensor, would leave the gradients written here unused)
+        assert self.flat.grad is not None and self.flat.grad.data_ptr() == grad.ctypes.data, "flat gradient replaced"
         grad.fill(0.0)
         head, value, cache = self.backprop.forward(mb["obs"])
         logp, entropy, policy_vjp = self.backprop.log_prob_entropy(head, mb["action"])
@@ -297,7 +300,9 @@ class PPOLearner:
     def state_dict(self) -> dict:
         """Model, optimizer, counters and RNG, tensors on the CPU (a checkpoint resumes on any device)."""
         return {
-            "main": to_cpu(self.main.state_dict()),
+            # copies: the module's tensors are views of the flat vector, and pickle (Ray's replies) would
+            # write the whole vector once per view
+            "main": {k: v.detach().cpu().clone() for k, v in self.main.state_dict().items()},
             "optimizer": to_cpu(self.optimizer.state_dict()),
             "updates": self.updates,
             "rng": self.rng.bit_generator.state,
@@ -307,9 +312,29 @@ class PPOLearner:
         # into this Learner's device: the module copies into its tensors, the optimizer casts its state
         # to each parameter's device
         self.main.load_state_dict(state["main"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(flat_optimizer_state(state["optimizer"], list(self.main.parameters())))
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
+
+
+def flat_optimizer_state(saved: dict, params: list) -> dict:
+    """An optimizer state dict over the module's parameters one by one (checkpoints written before
+    the Learners kept one flat vector) as the state over the flat vector; any other as it is."""
+    import torch
+
+    (group,) = saved["param_groups"]
+    if len(group["params"]) == 1:
+        return saved
+    per_param = [saved["state"].get(i, {}) for i in group["params"]]  # none for a never-trained parameter
+    keys = {k for s in per_param for k in s if k != "step"}
+    state = {
+        k: torch.cat([s[k].flatten() if k in s else torch.zeros(p.numel()) for s, p in zip(per_param, params)])
+        for k in keys
+    }
+    steps = [s["step"] for s in per_param if "step" in s]
+    if steps:
+        state["step"] = max(steps, key=float)
+    return {"state": {0: state} if state else {}, "param_groups": [dict(group, params=[0])]}
 
 
 Learner = PPOLearner

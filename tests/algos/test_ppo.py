@@ -267,27 +267,79 @@ def test_numpy_loss_and_gradient_equal_autograd_of_the_torch_loss(name):
     assert np.abs(torch_grad).max() > 0
 
 
-def test_numpy_ratio_is_exactly_one_on_the_first_minibatch():
+def test_numpy_ratio_of_the_executors_log_probabilities_is_exactly_one():
+    """The Learner's NumPy forward pass computes bit for bit what the Executors' actor computed."""
+    from mlxe.algos.ppo import PPOActor
+
     learner = PPOLearner(cfg(), SPEC, seed=0)
-    b = batch(learner)
-    head, value, _ = learner.backprop.forward(b["obs"])
-    b["logp"], _, _ = learner.backprop.log_prob_entropy(head, b["action"])  # the old policy is this one
-    stats, *_ = learner.loss_grad(*learner.backprop.log_prob_entropy(head, b["action"])[:2], value, b, clip=0.2)
+    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    action, logp, value = PPOActor(learner.spec, learner.weights()).act(obs, np.random.default_rng(1))
+    b = {"obs": obs, "action": action, "logp": logp, "value": value, "advantage": np.ones(64, np.float32), "ret": value}
+    head, value, _ = learner.backprop.forward(obs)
+    new_logp, entropy, _ = learner.backprop.log_prob_entropy(head, action)
+    np.testing.assert_array_equal(new_logp, logp)
+    stats, *_ = learner.loss_grad(new_logp, entropy, value, b, clip=0.2)
     assert stats[4] == 0.0 and stats[5] == 0.0  # approx KL, clip fraction
 
 
-def test_numpy_and_autograd_updates_train_the_same_weights():
-    a = PPOLearner(cfg("algo.backprop=numpy", "ppo.epochs=3", "algo.batch_size=32"), SPEC, seed=0)
-    b = PPOLearner(cfg("algo.backprop=autograd", "ppo.epochs=3", "algo.batch_size=32"), SPEC, seed=0)
+def relu_box_spec():
+    return NetSpec(obs_dim=4, n_actions=2, trunk=(8,), policy_head=(16,), value_head=(16,), activation="relu",
+                   action_low=(-2.0, -1.0), action_high=(2.0, 1.0), log_std_init=0.3)
+
+
+@pytest.mark.parametrize("algo, spec, make_batch", [
+    ("ppo", SPEC, batch), ("ppo", relu_box_spec(), gaussian_batch), ("a2c", SPEC, batch), ("pg", SPEC, batch),
+], ids=["ppo", "ppo-box-trunk-relu", "a2c", "pg"])
+def test_numpy_and_autograd_updates_train_the_same_weights(algo, spec, make_batch):
+    from mlxe.algos import on_policy
+
+    overrides = ("ppo.epochs=3", "algo.batch_size=32", "algo.entropy_coef=0.01")
+    a = on_policy(algo).Learner(cfg("algo.backprop=numpy", *overrides), spec, seed=0)
+    b = on_policy(algo).Learner(cfg("algo.backprop=autograd", *overrides), spec, seed=0)
     assert a.backprop is not None and b.backprop is None
-    data = batch(a, n=64)
-    info_a, info_b = a.update(data, progress=0.1), b.update(data, progress=0.1)
-    assert a.updates == b.updates == 6
-    np.testing.assert_allclose(list(vars(info_a).values()), list(vars(info_b).values()), rtol=1e-4, atol=1e-6)
+    for i in range(3):
+        data = make_batch(a, n=64, seed=i)
+        info_a, info_b = a.update(data, progress=0.1 * i), b.update(data, progress=0.1 * i)
+        np.testing.assert_allclose(list(vars(info_a).values()), list(vars(info_b).values()), rtol=1e-4, atol=1e-5)
+    assert a.updates == b.updates == (18 if algo == "ppo" else 3)
     np.testing.assert_allclose(a.weights(), b.weights(), atol=1e-5)
-    assert not np.array_equal(a.weights(), PPOLearner(cfg(), SPEC, seed=0).weights())  # it did train
+    assert not np.allclose(a.weights(), on_policy(algo).Learner(cfg(*overrides), spec, seed=0).weights())  # trained
     # the module the checkpoints save is the flat vector the optimizer stepped
     np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(a.main.parameters()).detach().numpy(), a.weights())
+
+
+def test_state_dict_holds_copies_that_pickle_small():
+    import pickle
+
+    spec = NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(64, 64), value_head=(64, 64), activation="tanh")
+    learner = PPOLearner(cfg(), spec, seed=0)
+    state = learner.state_dict()
+    before = state["main"]["policy.0.weight"].clone()
+    learner.update(batch(learner), progress=0.1)
+    assert torch.equal(state["main"]["policy.0.weight"], before)  # not a view of the live weights
+    params = sum(v.numel() for v in state["main"].values())
+    assert len(pickle.dumps(state["main"])) < 4 * params + 20_000  # each tensor once, not the whole vector per view
+
+
+def test_a_checkpoint_from_before_the_flat_vector_loads():
+    """An optimizer state over the module's parameters one by one becomes the flat vector's."""
+    learner = PPOLearner(cfg(), SPEC, seed=0)
+    old = copy.deepcopy(learner.main)  # a Learner of the old layout: Adam over each parameter
+    old_params = list(old.parameters())
+    for p in old_params:
+        p.grad = torch.randn_like(p)
+    old_params[-1].grad = None  # a parameter that never got a gradient has no optimizer state
+    optimizer = torch.optim.Adam(old_params, lr=1e-3, eps=1e-5)
+    optimizer.step()
+    saved = {"main": old.state_dict(), "optimizer": copy.deepcopy(optimizer.state_dict()), "updates": 1,
+             "rng": learner.rng.bit_generator.state}
+    learner.load_state_dict(saved)
+    state = learner.optimizer.state[learner.flat]
+    expected = torch.cat([optimizer.state[p]["exp_avg"].flatten() if p.grad is not None else torch.zeros(p.numel())
+                          for p in old_params])
+    assert torch.equal(state["exp_avg"], expected) and float(state["step"]) == 1.0
+    np.testing.assert_array_equal(learner.weights(), torch.nn.utils.parameters_to_vector(old_params).detach().numpy())
+    learner.update(batch(learner), progress=0.1)  # and it trains on
 
 
 def test_a_checkpoint_resumes_across_backprop_kinds():
@@ -311,5 +363,7 @@ def test_backprop_choice():
     assert PPOLearner(cfg(), noisy, seed=0).backprop is None
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' needs device 'cpu' and no NoisyNet"):
         PPOLearner(cfg("algo.backprop=numpy"), noisy, seed=0)
+    with pytest.raises(ConfigError, match="algo.backprop: 'numpy' computes on the CPU"):
+        cfg("algo.backprop=numpy", "device=cuda")
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' applies to the on-policy Learners"):
         load_config("configs/cartpole_a3c.yaml", ["algo.backprop=numpy"])

@@ -83,7 +83,7 @@ def test_forward_log_prob_and_entropy_equal_the_torch_module(name):
     np.testing.assert_allclose(value, value_t.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(logp, logp_t.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(entropy, entropy_t.numpy(), rtol=1e-5, atol=1e-5)
-    # the head is the Executors' NumPy mirror's, bit for bit (one implementation of the forward pass)
+    # the head is what the Executors' NumPy mirror computes, bit for bit
     np.testing.assert_array_equal(head, NumpyActorCritic(spec, flat).logits(obs))
 
 
