@@ -96,17 +96,25 @@ class RolloutExecutor:
         self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current rollout
         self.discounted_return = np.zeros(self.env.num_envs, np.float64)  # of the reward filter
 
-    def rollout(self, filters: dict | None = None) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
+    def rollout(
+        self, filters: dict | None = None, version: int | None = None
+    ) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
         """A flat training batch [T*E] with GAE targets, the episodes that ended meanwhile, and the
-        statistics of this rollout's data (None without filters); ``filters``: the run-wide ones."""
-        raw, episodes = self.collect(filters)
+        statistics of this rollout's data (None without filters); ``filters``: the run-wide ones;
+        ``version``: the weights to play with (default: the newest)."""
+        raw, episodes = self.collect(filters, version)
         return self.algo.targets(raw, self.cfg), episodes, self.fresh.state_dict() if self.filters.enabled else None
 
-    def collect(self, filters: dict | None = None) -> tuple[dict[str, np.ndarray], list[Episode]]:
+    def collect(
+        self, filters: dict | None = None, version: int | None = None
+    ) -> tuple[dict[str, np.ndarray], list[Episode]]:
         """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended.
 
         ``obs`` and ``reward`` are what the algorithm learns from: normalized and scaled with filters on."""
-        self.version = self.weights.read_into(self.local, self.version)
+        if version is None:
+            self.version = self.weights.read_into(self.local, self.version)
+        else:
+            self.version = self.weights.read_into(self.local, self.version, version)
         if filters is not None:
             self.filters.load_state_dict(filters)
         self.fresh = Filters(self.cfg, self.env.obs_dim)
@@ -159,8 +167,8 @@ class RolloutExecutor:
 
 
 def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None) -> None:
-    """A RolloutExecutor behind a channel: ``("rollout", filters)`` -> ``("rollout", batch, episodes,
-    fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
+    """A RolloutExecutor behind a channel: ``("rollout", filters, weights version)`` -> ``("rollout",
+    batch, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
     executor = RolloutExecutor(cfg, index, weights, seed)
     if state is not None:
         executor.load_state_dict(state)
@@ -171,6 +179,6 @@ def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, st
         if msg[0] == "state":
             channel.send(("state", executor.state_dict()))
         elif msg[0] == "rollout":
-            channel.send(("rollout", *executor.rollout(msg[1])))
+            channel.send(("rollout", *executor.rollout(msg[1], msg[2])))
         else:
             raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")

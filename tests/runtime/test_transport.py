@@ -94,6 +94,20 @@ def test_shared_weights_versions_threads():
     np.testing.assert_array_equal(out, -1)  # same version: left alone
 
 
+@pytest.mark.parametrize("ctx", [None, CTX], ids=["threads", "processes"])
+def test_shared_weights_keep_the_newest_slots_versions(ctx):
+    w = SharedWeights(3, ctx, slots=2)
+    out = np.zeros(3, np.float32)
+    for v in (1, 2, 3):
+        w.publish(np.full(3, float(v), np.float32))
+    assert w.read_into(out, -1) == 3 and out[0] == 3.0  # the newest by default
+    assert w.read_into(out, 3, version=2) == 2 and out[0] == 2.0  # the one before, still held
+    out[:] = -1
+    assert w.read_into(out, 2, version=2) == 2 and out[0] == -1.0  # already held: no copy
+    with pytest.raises(RuntimeError, match="weights version 1 is not held: the newest is 3, 2 kept"):
+        w.read_into(out, 2, version=1)
+
+
 def test_shared_weights_reach_a_child_process():
     w = SharedWeights(5, CTX)
     pool = ProcessPool([("reader", read_weights, (w,))], CTX)

@@ -83,7 +83,9 @@ class LocalRollouts:
     ) -> None:
         self.trainer = trainer
         self.n = cfg.num_executors()
-        self.weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg))
+        # two versions kept: an OA rollout is asked for with the newest, and plays with it even if the
+        # Learner publishes the next one before the Executor starts (ask() tells which)
+        self.weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg), slots=2)
         workers = [
             (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None))
             for i in range(self.n)
@@ -94,7 +96,7 @@ class LocalRollouts:
         self.weights.publish(weights)
 
     def ask(self, i: int, filters: dict) -> None:
-        self.pool.send(i, ("rollout", filters))
+        self.pool.send(i, ("rollout", filters, self.weights.version))
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         reply = self.pool.recv(timeout)

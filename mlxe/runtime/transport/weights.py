@@ -3,6 +3,11 @@
 A float32 vector in shared memory (``multiprocessing.RawArray``) or in plain memory for threads,
 with a version counter and a lock around each copy. Publishing and reading are one memcpy each; a
 reader copies only when the version changed. Nothing is pickled after start-up.
+
+With ``slots`` > 1 the newest ``slots`` versions are kept, and a reader may ask for one of them
+rather than the newest: the on-policy OA schedule tells an Executor which version to play its next
+rollout with (the newest when it was asked), so a run does not depend on whether the Executor
+starts before or after the Learner publishes the next one.
 """
 
 from __future__ import annotations
@@ -15,18 +20,19 @@ import numpy as np
 class SharedWeights:
     """``publish(vector)`` by the Learner; ``read_into(out, known_version)`` by Executors.
 
-    ``ctx`` is a ``multiprocessing`` context for process roles, or None for threads.
+    ``ctx`` is a ``multiprocessing`` context for process roles, or None for threads; ``slots`` how
+    many of the newest versions are kept.
     """
 
-    def __init__(self, size: int, ctx=None) -> None:
-        self.size = size
+    def __init__(self, size: int, ctx=None, slots: int = 1) -> None:
+        self.size, self.slots = size, slots
         if ctx is None:
-            self._buffer = np.zeros(size, np.float32)
+            self._buffer = np.zeros(size * slots, np.float32)
             self._version = [0]
             self._lock = threading.Lock()
             self._changed = threading.Condition(self._lock)
         else:
-            self._buffer = ctx.RawArray("f", size)
+            self._buffer = ctx.RawArray("f", size * slots)
             self._version = ctx.RawArray("q", 1)
             self._lock = ctx.Lock()
             self._changed = ctx.Condition(self._lock)
@@ -36,6 +42,10 @@ class SharedWeights:
         if self._view is None:  # views are per process: rebuild after unpickling in a child
             self._view = np.frombuffer(self._buffer, dtype=np.float32) if not isinstance(self._buffer, np.ndarray) else self._buffer
         return self._view
+
+    def _slot(self, version: int) -> np.ndarray:
+        start = (version % self.slots) * self.size
+        return self._array()[start : start + self.size]
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -49,23 +59,29 @@ class SharedWeights:
     def publish(self, vector: np.ndarray) -> int:
         """Copy ``vector`` [size] in as the next version; returns that version."""
         with self._lock:
-            np.copyto(self._array(), vector)
-            self._version[0] += 1
+            version = int(self._version[0]) + 1
+            np.copyto(self._slot(version), vector)
+            self._version[0] = version
             self._changed.notify_all()
-            return int(self._version[0])
+            return version
 
     def wait_for_version(self, version: int, timeout: float) -> bool:
         """Block (no spinning) until the version is >= ``version``; False after ``timeout`` seconds."""
         with self._changed:
             return self._changed.wait_for(lambda: int(self._version[0]) >= version, timeout)
 
-    def read_into(self, out: np.ndarray, known_version: int) -> int:
-        """Copy the weights into ``out`` if newer than ``known_version``; returns the version held."""
-        if int(self._version[0]) == known_version:
+    def read_into(self, out: np.ndarray, known_version: int, version: int | None = None) -> int:
+        """Copy the newest weights (``version``: that version, one of the ``slots`` newest) into ``out``
+        unless ``out`` already holds them (``known_version``); returns the version ``out`` holds."""
+        if (int(self._version[0]) if version is None else version) == known_version:
             return known_version
         with self._lock:
-            np.copyto(out, self._array())
-            return int(self._version[0])
+            newest = int(self._version[0])
+            wanted = newest if version is None else version
+            if not newest - self.slots < wanted <= newest:
+                raise RuntimeError(f"weights version {wanted} is not held: the newest is {newest}, {self.slots} kept")
+            np.copyto(out, self._slot(wanted))
+            return wanted
 
     def read(self) -> tuple[np.ndarray, int]:
         out = np.empty(self.size, np.float32)
