@@ -294,22 +294,26 @@ class NumpyActorCritic:
         for layer in self._noisy:
             layer.noise_off()
 
-    def _mlp(self, x: np.ndarray, layers: list, last_linear: bool) -> np.ndarray:
+    def mlp(self, x: np.ndarray, layers: list, last_linear: bool, outputs: list | None = None) -> np.ndarray:
+        """``x`` through ``layers`` (one of :attr:`layers`); ``outputs``: each layer's output is appended
+        to it (what a backward pass needs)."""
         for n, layer in enumerate(layers):
             x = x @ layer.w
             x += layer.b
             if not (last_linear and n == len(layers) - 1):
                 x = self._act(x)
+            if outputs is not None:
+                outputs.append(x)
         return x
 
     def __call__(self, obs: np.ndarray):
         """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
         or (mean [B, A], std [B, A]) (Box)."""
-        h = self._mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        policy = self._mlp(h, self._policy, True)
+        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
+        policy = self.mlp(h, self._policy, True)
         if self.continuous:
             policy = self._gaussian(policy)
-        return policy, self._mlp(h, self._value, True)[:, 0]
+        return policy, self.mlp(h, self._value, True)[:, 0]
 
     def _gaussian(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A]), as the torch module's ``gaussian``."""
@@ -323,9 +327,9 @@ class NumpyActorCritic:
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output: the logits [B, A] (Discrete), [B, A or 2A] before the Gaussian map (Box)."""
-        h = self._mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        return self._mlp(h, self._policy, True)
+        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
+        return self.mlp(h, self._policy, True)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        h = self._mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        return self._mlp(h, self._value, True)[:, 0]
+        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
+        return self.mlp(h, self._value, True)[:, 0]

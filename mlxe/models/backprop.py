@@ -4,8 +4,8 @@ Why: for the small MLPs of control tasks, eager PyTorch spends most of an update
 overhead, not arithmetic. A PPO step on CartPole's 4-64-64 towers and a 256-sample minibatch costs
 1.33 ms with autograd (it records and replays ~100 ops of 5-10 us each on a 2-core machine) and
 0.67 ms as the same forward pass, hand-derived backward pass and torch Adam step written in NumPy
-(measured in one process). The forward pass computes what the Executors' NumPy mirror does, in the
-same order (a test checks they agree bit for bit), so PPO's first ratio is exactly 1.
+(measured in one process). The forward pass is the Executors' own (``NumpyActorCritic.mlp``, keeping
+each layer's output), so PPO's first ratio against their log-probabilities is exactly 1.
 The on-policy Learners use this on the CPU (``algo.backprop``); autograd of the loss as written in
 the algorithm file stays the definition, and the tests compare the two.
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from mlxe.algos.distributions import LOG_SQRT_2PI
 from mlxe.exploration import log_softmax
-from mlxe.models.actor_critic import _NP_ACT, MIN_STD, NetSpec, NumpyActorCritic
+from mlxe.models.actor_critic import MIN_STD, NetSpec, NumpyActorCritic
 
 
 def _tanh_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -64,7 +64,6 @@ class Backprop:
         self.spec = spec
         self.net = NumpyActorCritic(spec, flat)
         self.grads = NumpyActorCritic(spec, grad)  # the same layout over the gradient: views per layer
-        self._act = _NP_ACT[spec.activation]
         self._act_grad = _NP_ACT_GRAD[spec.activation]
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Cache]:
@@ -147,13 +146,9 @@ class Backprop:
         return logp, entropy, vjp
 
     def _forward(self, x: np.ndarray, layers: list, last_linear: bool) -> list[np.ndarray]:
+        """[x, each layer's output], by the Executors' own forward pass."""
         outputs = [x]
-        for n, layer in enumerate(layers):
-            x = x @ layer.w
-            x += layer.b
-            if not (last_linear and n == len(layers) - 1):
-                x = self._act(x)
-            outputs.append(x)
+        self.net.mlp(x, layers, last_linear, outputs)
         return outputs
 
     def _backward(
