@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxe.config import ON_POLICY, Config, ConfigError, from_dict, load_config, read_yaml
+from mlxe.config import Config, ConfigError, from_dict, load_config, read_yaml
 
 __all__ = ["train", "evaluate", "load_config", "TrainResult"]
 
@@ -22,7 +22,7 @@ class TrainResult:
     summary: dict
 
 
-# The iterative schedules differ only in these two switches; OA and the on-policy family have their own.
+# A3C's iterative schedules differ only in these two switches; its OA has its own.
 ITERATIVE = {
     "istb": dict(asynchronous=False, threads=True),
     "is": dict(asynchronous=False, threads=False),
@@ -35,10 +35,10 @@ def _run(cfg: Config, trainer) -> str:
         from mlxe.runtime.ray.run import run_ray
 
         return run_ray(cfg, trainer)
-    if cfg.algo.name in ON_POLICY:
-        from mlxe.runtime.architectures.on_policy import run_on_policy
+    if cfg.algo.runtime == "segments":
+        from mlxe.runtime.schedule import run_local
 
-        return run_on_policy(cfg, trainer, threads=cfg.arch == "istb", asynchronous=cfg.arch == "oa")
+        return run_local(cfg, trainer)
     if cfg.arch == "oa":
         from mlxe.runtime.architectures.online import run_online
 
@@ -126,14 +126,17 @@ def evaluate(
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
     state = load_checkpoint(source)
     spec = problem_spec(config)
-    model = build_torch(spec)
-    model.load_state_dict(state["learner"]["main"])  # every learner keeps its trained model as "main"
     seed = config.seed if seed is None else seed
-    if config.algo.name in ON_POLICY:
-        from mlxe.envs.filters import Filters
-        from mlxe.runtime.evaluation import evaluate_vectorized
+    if config.algo.runtime == "episodes":
+        model = build_torch(spec)
+        model.load_state_dict(state["learner"]["main"])
+        return evaluate_weights(config, flat_weights(model), episodes, seed)
+    from mlxe.algos import algorithm
+    from mlxe.envs.filters import Filters
+    from mlxe.runtime.evaluation import evaluate_vectorized
 
-        filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with
-        filters.load_state_dict(state.get("filters") or {})
-        return evaluate_vectorized(config, spec, flat_weights(model), episodes, seed, filters.normalize_obs)
-    return evaluate_weights(config, flat_weights(model), episodes, seed)
+    policy = algorithm(config.algo.name).make_policy(config, spec, seed)
+    policy.load(state["weights"].numpy())
+    filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with
+    filters.load_state_dict(state.get("filters") or {})
+    return evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)

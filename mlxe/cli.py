@@ -6,8 +6,51 @@ Heavy libraries (torch, gymnasium) are imported inside the commands, so ``mlxe -
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose leaf commands take options anywhere among their positionals.
+
+    Plain parsing stops filling the ``key=value`` positionals at the first option, so
+    ``mlxe train CONFIG --no-progress k=v`` would fail. Intermixed parsing cannot handle a parser
+    with subcommands, so such a parser parses as usual and hands the rest to its subcommand's parser.
+    """
+
+    _has_subcommands = False
+    _intermixing = False
+
+    def add_subparsers(self, **kwargs: object) -> argparse._SubParsersAction:
+        self._has_subcommands = True
+        return super().add_subparsers(**kwargs)
+
+    def parse_known_args(
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._has_subcommands or self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # parse_known_intermixed_args calls parse_known_args itself (Python < 3.13)
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+@contextlib.contextmanager
+def _checkpoint_errors() -> Iterator[None]:
+    """Report a file that is not an MLxE checkpoint as a user error (one line), not as a bug."""
+    from mlxe.config import ConfigError
+
+    try:
+        yield
+    except ValueError as e:
+        # load_checkpoint raises a plain ValueError for it; any other ValueError is a bug and keeps its traceback
+        if type(e) is ValueError and "is not an MLxE checkpoint" in str(e):
+            raise ConfigError(str(e)) from e
+        raise
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -22,7 +65,8 @@ def _train(args: argparse.Namespace) -> int:
         overrides.insert(0, config)  # `mlxe train --resume RUN k=v`: the first override parsed as CONFIG
         config = None
     progress = False if args.no_progress else None
-    result = train(config, overrides, resume=args.resume, progress=progress)
+    with _checkpoint_errors():
+        result = train(config, overrides, resume=args.resume, progress=progress)
     s = result.summary
     print(
         f"stopped: {s['stop_reason']} after {s['episodes']} episodes, {s['env_steps']} env steps, "
@@ -38,7 +82,8 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from mlxe.api import evaluate
 
-    result = evaluate(args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps)
+    with _checkpoint_errors():
+        result = evaluate(args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -51,8 +96,15 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",")]
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of counts >= 1 (an argparse type: a bad list is a usage error)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -62,6 +114,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from mlxe.config import ConfigError
+
     if args.bench == "architectures":
         from mlxe.bench.architectures import bench_architectures
 
@@ -76,13 +130,18 @@ def _bench(args: argparse.Namespace) -> int:
         from mlxe.bench.scaling import bench_scaling
 
         out = bench_scaling(
-            args.config, executors=_ints(args.executors), seeds=args.seeds, episodes=args.episodes,
+            args.config, executors=args.executors, seeds=args.seeds, episodes=args.episodes,
             goal_seeds=args.goal_seeds, goal_wall_seconds=args.goal_wall_seconds, overrides=args.overrides,
             out_dir=args.out,
         )
     elif args.bench == "solve":
-        from mlxe.bench.solve import bench_solve
+        from mlxe.bench.solve import CONFIGS, THRESHOLDS, bench_solve
 
+        # checked here, as bench_solve raises a plain ValueError for them
+        if args.env not in THRESHOLDS:
+            raise ConfigError(f"no solve threshold for {args.env!r}; known: {', '.join(THRESHOLDS)}")
+        if args.config is None and (args.env, args.algo) not in CONFIGS:
+            raise ConfigError(f"no config for {args.algo} on {args.env}; pass --config")
         out = bench_solve(
             args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
             sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
@@ -91,14 +150,18 @@ def _bench(args: argparse.Namespace) -> int:
         from mlxe.bench.throughput import bench_throughput
 
         out = bench_throughput(
-            args.config, executors=_ints(args.executors), envs=_ints(args.envs), archs=args.archs.split(","),
-            acting_envs=_ints(args.acting_envs), steps=args.steps, sb3_python=args.sb3_python,
+            args.config, executors=args.executors, envs=args.envs, archs=args.archs.split(","),
+            acting_envs=args.acting_envs, steps=args.steps, sb3_python=args.sb3_python,
             overrides=args.overrides, out_dir=args.out,
         )
     else:
-        from mlxe.bench.ablations import bench_ablations
+        from mlxe.bench.ablations import VARIANTS, bench_ablations
 
         only = [v.strip() for v in args.only.split(";")] if args.only else None
+        known = [label for label, _ in VARIANTS]
+        unknown = [v for v in only or [] if v not in known]
+        if unknown:  # checked here, as bench_ablations raises a plain ValueError for it
+            raise ConfigError(f"--only: unknown variant {unknown[0]!r}; known: {'; '.join(known)}")
         out = bench_ablations(args.config, seeds=args.seeds, only=only, overrides=args.overrides, out_dir=args.out)
     print(out.read_text())
     print(f"written to {out.parent}")
@@ -106,7 +169,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mlxe",
         description="MLxE: train RL agents with Executors, a Memorizer and a Learner on every core.",
     )
@@ -114,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a YAML config (key=value overrides, --resume RUN_DIR)")
     p.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole_a3c.yaml")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, nested keys with dots: algo.lr=3e-4")
+    p.add_argument("overrides", nargs="*", default=[], help="key=value overrides, nested keys with dots: algo.lr=3e-4")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no live display (plain lines only at the end)")
     p.set_defaults(func=_train)
@@ -142,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
             b.add_argument(arg, help=arg_help)
         b.add_argument("--config", default=config)
         b.add_argument("--out", default=None, help=f"output directory (default runs/bench-{name}-<time>)")
-        b.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+        b.add_argument("overrides", nargs="*", default=[], help="key=value overrides applied to every run")
         b.set_defaults(func=_bench)
         return b
 
@@ -155,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench_parser("priorities", "time of re-weighting a full prioritized buffer vs one update")
     b.add_argument("--repeats", type=int, default=50)
     b = bench_parser("scaling", "whole-loop throughput vs executors: local processes vs Ray vs a simulated 2-node cluster")
-    b.add_argument("--executors", default="1,2,4", help="comma-separated Executor counts")
+    b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
     b.add_argument("--seeds", type=int, default=1)
     b.add_argument("--episodes", type=int, default=60, help="episodes of each throughput run")
     b.add_argument("--goal-seeds", type=int, default=0, help="also run this many seeds to the goal on the cluster")
@@ -171,10 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sb3-hp", action="append", default=[], metavar="KEY=VALUE",
                    help="replace one of RL-Zoo's hyper-parameters of the Stable-Baselines3 side (repeatable)")
     b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_zoo.yaml")
-    b.add_argument("--executors", default="1,2,4", help="comma-separated Executor counts")
-    b.add_argument("--envs", default="8", help="comma-separated environments per Executor")
+    b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
+    b.add_argument("--envs", type=_counts, default="8", help="comma-separated environments per Executor")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
-    b.add_argument("--acting-envs", default="8,64,256,1024", help="batch sizes of the acting-only measurement")
+    b.add_argument("--acting-envs", type=_counts, default="8,64,256,1024", help="batch sizes of the acting-only measurement")
     b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
     return parser
@@ -186,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
+    except (ConfigError, FileNotFoundError) as e:  # bad input; any other error is a bug and keeps its traceback
         print(f"mlxe: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

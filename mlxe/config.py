@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
@@ -32,7 +32,6 @@ _Loader.add_implicit_resolver(
 )
 
 
-ON_POLICY = ("ppo", "a2c", "pg")  # the algorithms that learn from vectorized rollouts
 DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?|auto")  # spellings of `device` (availability: mlxe.algos.device)
 
 
@@ -75,35 +74,39 @@ class ModelConfig:
 
 
 @dataclass
-class ExplorationConfig:
-    """How Executors pick actions from the logits; eps = epsilon * decay^k over an Executor's actions."""
-
-    name: Literal["softmax", "reversed_epsilon_greedy", "epsilon_greedy"] = "softmax"
-    epsilon: float = 0.1
-    decay: float = 0.995
-
-
-@dataclass
 class AlgoConfig:
-    name: Literal["a3c", "ppo", "a2c", "pg"] = "a3c"
-    gamma: float = 0.99  # constant discount (also the bootstrap discount of cut episodes)
-    lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
-    lr_decay: float = 0.998
-    lr_min: float = 1e-6
-    batch_size: int = 128
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
+    """What every algorithm's section starts with; ``name`` picks the algorithm's own dataclass
+    (a subclass, registered in :mod:`mlxe.algos`), whose fields are the only keys ``algo:`` accepts."""
+
+    # The runtime the algorithm runs on: "segments" (the Executors' T-step segments, every
+    # algorithm of the Algorithm contract) or "episodes" (the study's A3C, whole episodes).
+    runtime: ClassVar[str] = "segments"
+
+    name: str = "a3c"
+    gamma: float = 0.99  # discount
+    lr: float = 3e-4
     max_grad_norm: float | None = None  # None: no gradient clipping
-    min_updates: int = 0  # updates per iteration = max(min_updates, N // batch_size + 1)
-    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
-    td_n: int | None = None  # value target: None = the Monte-Carlo return G, n = n-step TD target
-    off_policy: Literal["none", "truncated_is", "vtrace"] = "none"  # correction of the replayed policy term
-    promote_best_every: int | None = None  # every k iterations reset the main model to the best so far
-    # gradients of the on-policy Learners (ppo, a2c, pg): "numpy" = hand-derived backprop on the CPU
-    # (mlxe.models.backprop, ~2x faster for small MLPs), "autograd" = torch autograd of the loss as
-    # written in the algorithm file (any device), "auto" = numpy on the CPU with torch_threads 1,
-    # autograd otherwise
-    backprop: Literal["auto", "numpy", "autograd"] = "auto"
+
+    def check(self, cfg: Config) -> None:
+        """Checks the types cannot express; raise :class:`ConfigError` naming the ``algo.`` key."""
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"algo.gamma: {self.gamma!r} is not allowed; expected a value in (0, 1]")
+        check_positive("algo.lr", self.lr)
+        if self.max_grad_norm is not None:
+            check_positive("algo.max_grad_norm", self.max_grad_norm)
+
+
+def default_algo() -> AlgoConfig:
+    """The ``algo`` section of a config that does not set one: the default algorithm's dataclass."""
+    from mlxe.algos import config_class
+
+    return config_class(AlgoConfig.name)()
+
+
+def check_positive(key: str, value: float | None) -> None:
+    """A :class:`ConfigError` naming ``key`` unless ``value`` is None or > 0."""
+    if value is not None and value <= 0:
+        raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
 
 
 @dataclass
@@ -118,27 +121,14 @@ class PriorityConfig:
 
 @dataclass
 class RolloutConfig:
-    """The on-policy algorithms (ppo, a2c, pg): executors x envs_per_executor x steps per iteration."""
+    """What an Executor plays per request: ``steps`` in each of its ``envs_per_executor`` environments."""
 
-    steps: int = 32  # T steps per environment per iteration (A2C: t_max, the n of its n-step returns)
-    gae_lambda: float = 0.95  # GAE lambda; 1.0 gives n-step returns bounded by the rollout
-    anneal_lr: bool = True  # linearly to 0 over stop.max_env_steps
-
-
-@dataclass
-class PPOConfig:
-    """Batch PPO (``algo.name: ppo``)."""
-
-    epochs: int = 10  # K passes over the batch, in minibatches of algo.batch_size
-    clip: float = 0.2  # surrogate clip range
-    clip_value: float | None = None  # value clipping around the old values (None: off)
-    normalize_advantages: bool = True
-    anneal_clip: bool = False
+    steps: int = 32  # T steps per environment per segment (A2C: t_max, the n of its n-step returns)
 
 
 @dataclass
 class FilterConfig:
-    """Running mean/std normalization in the Executors (on-policy algorithms), Welford statistics merged
+    """Running mean/std normalization in the Executors (segment algorithms), Welford statistics merged
     across Executors every iteration, saved in checkpoints and applied in evaluation."""
 
     obs: bool = False  # observations: (o - mean) / std, clipped to +-clip
@@ -192,7 +182,7 @@ class RayConfig:
 
     The Learner and Memorizer stay in the driver process (the machine that runs ``mlxe train`` and
     holds the run directory); Executors are Ray actors that get the weights from the object store.
-    With ``learner_num_gpus`` > 0 the on-policy Learner (PPO, A2C, PG) runs in an actor of its own.
+    With ``learner_num_gpus`` > 0 the Learner of a segment algorithm (all but A3C) runs in an actor of its own.
     """
 
     address: str | None = None  # null: start a local Ray; "auto": the cluster this machine joined; "host:port"
@@ -201,7 +191,7 @@ class RayConfig:
     placement: Literal["pack", "spread"] = "pack"  # placement-group strategy of the Executor actors
     executors_per_node: int | None = None  # k: k Executors on every alive node (replaces `executors`)
     num_cpus: float = 1.0  # CPUs reserved per Executor actor
-    # > 0: the on-policy Learner runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
+    # > 0: the Learner (not A3C's) runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
     # places it on a GPU node; use it with device=cuda or auto. 0: the Learner stays in the driver.
     learner_num_gpus: float = 0.0
     max_restarts: int = 3  # per Executor: a dead actor is replaced this many times, then the run fails
@@ -232,7 +222,7 @@ class Config:
     arch: Literal["istb", "is", "ia", "oa"] = "is"
     backend: Literal["local", "ray"] = "local"  # ray: Executors are Ray actors, scheduled by ray.mode
     executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
-    envs_per_executor: int = 1  # on-policy algorithms: environments each Executor steps in one batch
+    envs_per_executor: int = 1  # environments each Executor steps in one batch (not A3C: one each)
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
     torch_threads: int = 1  # intra-op threads of each role (torch's and NumPy's BLAS); small models gain nothing from more
     # The Learner's torch device: cpu, cuda, cuda:N, or auto (cuda where torch sees one, else cpu).
@@ -240,13 +230,12 @@ class Config:
     device: str = "cpu"
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    algo: AlgoConfig = field(default_factory=lambda: default_algo())
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
     ray: RayConfig = field(default_factory=RayConfig)
 
@@ -279,6 +268,8 @@ def _type_name(tp: Any) -> str:
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Return ``value`` checked (and widened: int -> float) against type hint ``tp``."""
     origin = typing.get_origin(tp)
+    if tp is AlgoConfig:
+        return _build_algo(value, key)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
@@ -343,16 +334,36 @@ def _build(cls: type, data: dict, prefix: str = "") -> Any:
     return obj
 
 
+def _build_algo(value: Any, key: str) -> AlgoConfig:
+    """The ``algo`` section as the dataclass its ``name`` registers; a key of another algorithm's
+    dataclass is an error naming both algorithms."""
+    from mlxe.algos import ALGORITHMS, config_class
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of algorithm settings, got {value!r}")
+    name = value.get("name", AlgoConfig.name)
+    if name not in ALGORITHMS:
+        raise ConfigError(f"{key}.name: {name!r} is not allowed; expected one of {', '.join(map(repr, ALGORITHMS))}")
+    cls = config_class(name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in value:
+        if k in names:
+            continue
+        owners = [other for other in ALGORITHMS if k in {f.name for f in dataclasses.fields(config_class(other))}]
+        close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
+        hint = f"; did you mean '{key}.{close[0]}'?" if close else f"; its keys: {', '.join(sorted(names))}"
+        where = f" (it belongs to {', '.join(owners)})" if owners else ""
+        raise ConfigError(f"{key}.{k}: not a setting of algo.name {name!r}{where}{hint}")
+    return _build(cls, value, key + ".")
+
+
 def _check_ranges(cfg: Config) -> None:
-    """Semantic checks the types cannot express."""
+    """Semantic checks the types cannot express (the algorithm's own: ``cfg.algo.check``)."""
     positive = {
         "torch_threads": cfg.torch_threads,
         "env.max_episode_steps": cfg.env.max_episode_steps,
-        "algo.batch_size": cfg.algo.batch_size,
         "envs_per_executor": cfg.envs_per_executor,
         "rollout.steps": cfg.rollout.steps,
-        "ppo.epochs": cfg.ppo.epochs,
-        "algo.lr": cfg.algo.lr,
         "memory.capacity_per_executor": cfg.memory.capacity_per_executor,
         "memory.keep_last_steps": cfg.memory.keep_last_steps,
         "stop.eval_every": cfg.stop.eval_every,
@@ -362,44 +373,26 @@ def _check_ranges(cfg: Config) -> None:
         "filters.clip": cfg.filters.clip,
     }
     for key, value in positive.items():
-        if value is not None and value <= 0:
-            raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
+        check_positive(key, value)
     if not DEVICE.fullmatch(cfg.device):
         raise ConfigError(f"device: {cfg.device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
     if not isinstance(cfg.executors, str) and cfg.executors < 1:
         raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer >= 1")
-    for key in ("gamma", "lr_decay"):
-        value = getattr(cfg.algo, key)
-        if not 0.0 < value <= 1.0:
-            raise ConfigError(f"algo.{key}: {value!r} is not allowed; expected a value in (0, 1]")
     for key in ("goal_episode_length", "max_episodes", "max_env_steps", "max_wall_seconds"):
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
-    if cfg.algo.name in ON_POLICY and cfg.arch == "ia":
+    cfg.algo.check(cfg)
+    if cfg.algo.runtime == "segments" and cfg.arch == "ia":
         raise ConfigError(
-            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (rollouts have no episodes to pause); "
+            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (segments have no episodes to pause); "
             "expected 'istb', 'is' or 'oa'"
         )
-    if cfg.algo.name not in ON_POLICY and cfg.algo.backprop != "auto":
-        raise ConfigError(
-            f"algo.backprop: {cfg.algo.backprop!r} applies to the on-policy Learners (ppo, a2c, pg), "
-            f"not to algo.name {cfg.algo.name!r} (its Learner uses torch autograd); leave it 'auto'"
-        )
-    if cfg.algo.backprop == "numpy" and (cfg.device.startswith("cuda") or cfg.model.noisy_policy):
-        raise ConfigError(
-            f"algo.backprop: 'numpy' computes on the CPU without NoisyNet layers (device={cfg.device!r}, "
-            f"model.noisy_policy={cfg.model.noisy_policy}); use 'auto' or 'autograd'"
-        )
+    if cfg.algo.runtime != "episodes":
+        _check_episode_sections(cfg)
     if cfg.online.updates_per_episode < 0:
         raise ConfigError(
             f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"
-        )
-    if cfg.algo.td_n is not None and cfg.algo.td_n < 1:
-        raise ConfigError(f"algo.td_n: {cfg.algo.td_n!r} is not allowed; expected null or an integer >= 1")
-    if cfg.algo.promote_best_every is not None and cfg.algo.promote_best_every < 1:
-        raise ConfigError(
-            f"algo.promote_best_every: {cfg.algo.promote_best_every!r} is not allowed; expected null or an integer >= 1"
         )
     if cfg.backend == "ray":
         _check_ray(cfg)
@@ -410,17 +403,39 @@ def _check_ranges(cfg: Config) -> None:
         )
 
 
+def _check_episode_sections(cfg: Config) -> None:
+    """``memory`` and ``online`` configure the study's episode replay (A3C): set for another
+    algorithm they would be silently ignored, so they are an error naming the first changed key."""
+    for section, default in (("memory", MemoryConfig()), ("online", OnlineConfig())):
+        changed = _changed_keys(to_dict(getattr(cfg, section)), dataclasses.asdict(default), section)
+        if changed:
+            raise ConfigError(
+                f"{changed[0]}: not a setting of algo.name {cfg.algo.name!r} (the '{section}' section configures "
+                "a3c's episode replay); remove it"
+            )
+
+
+def _changed_keys(value: dict, default: dict, prefix: str) -> list[str]:
+    keys = []
+    for k, v in value.items():
+        if isinstance(v, dict) and isinstance(default.get(k), dict):
+            keys += _changed_keys(v, default[k], f"{prefix}.{k}")
+        elif v != default.get(k):
+            keys.append(f"{prefix}.{k}")
+    return keys
+
+
 def _check_ray(cfg: Config) -> None:
     """The Ray backend's combinations and ranges (checked only with ``backend: ray``)."""
     r = cfg.ray
-    if cfg.algo.name in ON_POLICY:
-        _check_ray_on_policy(cfg)
+    if cfg.algo.runtime == "segments":
+        _check_ray_segments(cfg)
     elif cfg.arch != "is":
         raise ConfigError(
             f"arch: {cfg.arch!r} is not allowed with backend 'ray' and algo.name 'a3c'; expected 'is' "
             "(ray.mode chooses the schedule)"
         )
-    if r.mode == "async_gradients" and cfg.algo.promote_best_every is not None:
+    if r.mode == "async_gradients" and getattr(cfg.algo, "promote_best_every", None) is not None:
         raise ConfigError(
             "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
             "use ray.promote_best"
@@ -435,7 +450,7 @@ def _check_ray(cfg: Config) -> None:
         value = getattr(r, key)
         if value is not None and value < 1:
             raise ConfigError(f"ray.{key}: {value!r} is not allowed; expected an integer >= 1")
-    if cfg.algo.name not in ON_POLICY and r.learner_num_gpus > 0:
+    if cfg.algo.runtime == "episodes" and r.learner_num_gpus > 0:
         raise ConfigError(
             f"ray.learner_num_gpus: {r.learner_num_gpus!r} is not allowed with algo.name {cfg.algo.name!r}; "
             "expected 0 (A3C's Learner shares the driver with the replay memory and the Trainer; run the "
@@ -449,9 +464,9 @@ def _check_ray(cfg: Config) -> None:
             )
 
 
-def _check_ray_on_policy(cfg: Config) -> None:
-    """The on-policy family on Ray runs the local IS / OA schedule: ``arch`` chooses it, and the
-    A3C schedules' settings do not apply (every rollout of an iteration is trained)."""
+def _check_ray_segments(cfg: Config) -> None:
+    """The segment algorithms on Ray run the local IS / OA schedule: ``arch`` chooses it, and the
+    A3C schedules' settings do not apply (every segment of an iteration is trained)."""
     name, r, defaults = cfg.algo.name, cfg.ray, RayConfig()
     if cfg.arch not in ("is", "oa"):
         raise ConfigError(
@@ -460,14 +475,14 @@ def _check_ray_on_policy(cfg: Config) -> None:
     if r.mode != "sync":
         raise ConfigError(
             f"ray.mode: {r.mode!r} is not allowed with algo.name {name!r}; expected 'sync' "
-            "(async_experience and async_gradients are A3C schedules; arch chooses the on-policy one)"
+            "(async_experience and async_gradients are A3C schedules; arch chooses this one)"
         )
     for key in ("min_finished_workers", "max_extra_recv_tries", "promote_best"):
         value, default = getattr(r, key), getattr(defaults, key)
         if value != default:
             raise ConfigError(
                 f"ray.{key}: {value!r} is not allowed with algo.name {name!r}; expected {default!r} "
-                "(it applies to A3C's episodes, not to on-policy rollouts)"
+                "(it applies to A3C's episodes, not to segments)"
             )
 
 

@@ -3,7 +3,11 @@ import subprocess
 import sys
 import time
 
-from mlxe.cli import main
+import pytest
+
+import mlxe.cli
+from mlxe.cli import build_parser, main
+from mlxe.config import ConfigError
 
 
 def test_help_is_fast_and_imports_no_heavy_library():
@@ -33,7 +37,7 @@ def test_train_then_eval(tmp_path, capsys):
 
 def test_config_errors_are_reported_not_raised(capsys):
     assert main(["train", "configs/cartpole_a3c.yaml", "algo.lrr=0.1"]) == 2
-    assert "unknown key 'algo.lrr'; did you mean 'algo.lr'?" in capsys.readouterr().err
+    assert "algo.lrr: not a setting of algo.name 'a3c'; did you mean 'algo.lr'?" in capsys.readouterr().err
     assert main(["train", "no/such.yaml"]) == 2
     assert "config file not found: no/such.yaml" in capsys.readouterr().err
     assert main(["eval", "no/such/run"]) == 2
@@ -56,3 +60,61 @@ def test_summary_wall_time_excludes_the_final_evaluation(tmp_path, capsys):
 def test_status_of_a_directory_without_status_json_is_a_clear_error(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 2
     assert f"no status.json in {tmp_path}" in capsys.readouterr().err
+
+
+def test_options_may_stand_anywhere_among_the_positionals():
+    args = build_parser().parse_args(["train", "configs/cartpole_a3c.yaml", "--no-progress", "a=1", "--resume", "R", "b=2"])
+    assert (args.config, args.overrides, args.no_progress, args.resume) == ("configs/cartpole_a3c.yaml", ["a=1", "b=2"], True, "R")
+    args = build_parser().parse_args(["bench", "solve", "CartPole-v1", "--seeds", "2", "ppo", "a=1", "--out", "o", "b=2"])
+    assert (args.env, args.algo, args.overrides, args.seeds, args.out) == ("CartPole-v1", "ppo", ["a=1", "b=2"], 2, "o")
+    args = build_parser().parse_args(["bench", "scaling", "a=1", "--executors", "1,3", "b=2"])
+    assert (args.overrides, args.executors) == (["a=1", "b=2"], [1, 3])
+
+
+def test_a_bad_count_list_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "throughput", "--executors", "1,two"])
+    assert e.value.code == 2
+    assert "argument --executors: expected comma-separated integers >= 1, got '1,two'" in capsys.readouterr().err
+
+
+def test_a_bug_propagates_with_its_traceback(monkeypatch, capsys):
+    def broken_train(args):
+        raise ValueError("operands could not be broadcast together with shapes (4,) (2,)")
+
+    monkeypatch.setattr(mlxe.cli, "_train", broken_train)
+    with pytest.raises(ValueError, match="could not be broadcast") as e:
+        main(["train", "configs/cartpole_a3c.yaml"])
+    assert e.traceback[-1].name == "broken_train"
+    assert "mlxe: error" not in capsys.readouterr().err
+
+
+def test_a_config_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    def bad_config(args):
+        raise ConfigError("algo.lr: -1 is not allowed; expected a value > 0")
+
+    monkeypatch.setattr(mlxe.cli, "_train", bad_config)
+    assert main(["train", "configs/cartpole_a3c.yaml"]) == 2
+    assert capsys.readouterr().err == "mlxe: error: algo.lr: -1 is not allowed; expected a value > 0\n"
+
+
+def test_bad_bench_arguments_are_one_line_errors(capsys):
+    assert main(["bench", "solve", "CartPol-v1", "ppo"]) == 2
+    assert capsys.readouterr().err.startswith("mlxe: error: no solve threshold for 'CartPol-v1'; known: CartPole-v1")
+    assert main(["bench", "ablations", "--only", "baseline;+nothing"]) == 2
+    assert capsys.readouterr().err.startswith("mlxe: error: --only: unknown variant '+nothing'; known: ")
+
+
+def test_a_file_that_is_not_an_mlxe_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    import shutil
+
+    import torch
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    shutil.copy("configs/cartpole_a3c.yaml", run_dir / "config.yaml")
+    torch.save({"format": -1}, run_dir / "checkpoints" / "last.pt")
+    assert main(["eval", str(run_dir)]) == 2
+    assert capsys.readouterr().err.startswith(f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'} is not an MLxE checkpoint")
+    assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
+    assert "is not an MLxE checkpoint" in capsys.readouterr().err

@@ -66,9 +66,7 @@ def test_unknown_top_level_key_suggests_nearest():
 def test_unknown_nested_key_names_dotted_key_and_suggestion():
     with pytest.raises(ConfigError) as e:
         load_config(overrides=["algo.lrr=0.1"])
-    msg = str(e.value)
-    assert "'algo.lrr'" in msg
-    assert "'algo.lr'" in msg
+    assert str(e.value) == "algo.lrr: not a setting of algo.name 'a3c'; did you mean 'algo.lr'?"
 
 
 def test_unknown_deeply_nested_key_in_file(tmp_path):
@@ -432,7 +430,8 @@ def test_save_load_round_trip_non_defaults(tmp_path):
 
 
 def test_algo_config_defaults_match_docstring_rule():
-    algo = AlgoConfig()
+    algo = Config().algo
+    assert isinstance(algo, AlgoConfig) and algo.name == "a3c"
     assert (algo.lr, algo.lr_decay, algo.lr_min) == (1e-4, 0.998, 1e-6)
     assert (algo.value_coef, algo.entropy_coef) == (0.5, 0.01)
 
@@ -447,11 +446,71 @@ def test_quoted_float_like_override_stays_string():
     assert load_config(overrides=['name="1.0"']).name == "1.0"
 
 
-def test_on_policy_algorithms_run_in_istb_is_and_oa_but_not_ia():
+@pytest.mark.parametrize("name", ["ppo", "a2c", "pg", "dqn"])
+def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
     for arch in ("istb", "is", "oa"):
-        assert load_config(overrides=["algo.name=ppo", f"arch={arch}"]).arch == arch
-    with pytest.raises(ConfigError, match="arch: 'ia' is not allowed with algo.name 'ppo'"):
-        load_config(overrides=["algo.name=ppo", "arch=ia"])
+        assert load_config(overrides=[f"algo.name={name}", f"arch={arch}"]).arch == arch
+    with pytest.raises(ConfigError, match=f"arch: 'ia' is not allowed with algo.name '{name}'"):
+        load_config(overrides=[f"algo.name={name}", "arch=ia"])
+
+
+# --------------------------------------------------------------------------- one dataclass per algorithm
+
+
+@pytest.mark.parametrize(
+    "name, key, owners",
+    [
+        ("ppo", "td_n=3", "a3c"),
+        ("a3c", "clip=0.1", "ppo"),
+        ("dqn", "gae_lambda=0.9", "ppo, a2c"),
+        ("a2c", "epochs=3", "ppo"),
+        ("pg", "value_coef=0.5", "a3c, ppo, a2c"),
+        ("ppo", "buffer_size=10", "dqn"),
+    ],
+)
+def test_a_key_of_another_algorithm_is_an_error_naming_both(name, key, owners):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[f"algo.name={name}", f"algo.{key}"])
+    assert str(e.value).startswith(
+        f"algo.{key.split('=')[0]}: not a setting of algo.name '{name}' (it belongs to {owners})"
+    )
+
+
+def test_a_key_of_no_algorithm_is_an_error_with_a_suggestion():
+    with pytest.raises(ConfigError, match=r"algo\.epoch: not a setting of algo\.name 'ppo'; did you mean 'algo\.epochs'"):
+        load_config(overrides=["algo.name=ppo", "algo.epoch=3"])
+    with pytest.raises(ConfigError, match=r"algo\.cilp: not a setting of algo\.name 'ppo'; did you mean 'algo\.clip'\?"):
+        load_config(overrides=["algo.name=ppo", "algo.cilp=0.1"])
+    with pytest.raises(ConfigError, match=r"algo\.name: 'sac' is not allowed; expected one of 'a3c', 'ppo'"):
+        load_config(overrides=["algo.name=sac"])
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "pg", "dqn"])
+def test_every_algorithm_has_its_own_dataclass_with_its_defaults(name):
+    from mlxe.algos import config_class
+
+    cfg = load_config(overrides=[f"algo.name={name}"])
+    assert type(cfg.algo) is config_class(name) and cfg.algo.name == name
+    assert cfg.algo.lr == config_class(name)().lr
+
+
+@pytest.mark.parametrize("key", ["memory.sampler=prioritized", "online.updates_per_episode=3",
+                                 "memory.priority.beta0=0.5"])
+def test_the_episode_replay_sections_are_an_error_with_other_algorithms(key):
+    with pytest.raises(ConfigError, match=f"{key.split('=')[0]}: not a setting of algo.name 'ppo'"):
+        load_config(overrides=["algo.name=ppo", key])
+    load_config(overrides=["algo.name=a3c", key])  # A3C's own
+
+
+def test_algorithm_ranges_are_checked_by_the_algorithm():
+    with pytest.raises(ConfigError, match=r"algo\.epochs: 0 is not allowed; expected a value > 0"):
+        load_config(overrides=["algo.name=ppo", "algo.epochs=0"])
+    with pytest.raises(ConfigError, match=r"algo\.tau: 1\.5 is not allowed"):
+        load_config(overrides=["algo.name=dqn", "algo.tau=1.5"])
+    with pytest.raises(ConfigError, match=r"algo\.gae_lambda: 2\.0 is not allowed"):
+        load_config(overrides=["algo.name=a2c", "algo.gae_lambda=2.0"])
+    with pytest.raises(ConfigError, match=r"algo\.lr_decay: 0\.0 is not allowed"):
+        load_config(overrides=["algo.lr_decay=0.0"])
 
 
 # --------------------------------------------------------------------------- the Ray backend

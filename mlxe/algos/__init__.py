@@ -1,16 +1,33 @@
-"""The algorithms: one readable module each.
+"""The algorithm registry: ``algo.name`` -> the module that defines it.
 
-The on-policy family (vectorized rollouts) is looked up by ``algo.name``; each module provides
-``targets(rollout, cfg)`` (a raw [T, E] rollout -> a flat training batch) and ``Learner``.
+Each module defines ``Config`` (its ``algo:`` dataclass, a subclass of
+:class:`mlxe.config.AlgoConfig`) and, for the algorithms of the one runtime, ``Algorithm`` (an
+:class:`mlxe.core.Algorithm`). Adding an algorithm is one module plus one line here.
 """
 
 from __future__ import annotations
 
 import importlib
 
-ON_POLICY_MODULES = {"ppo": "mlxe.algos.ppo", "a2c": "mlxe.algos.a2c", "pg": "mlxe.algos.pg"}
+ALGORITHMS = {
+    "a3c": "mlxe.algos.a3c",
+    "ppo": "mlxe.algos.ppo",
+    "a2c": "mlxe.algos.a2c",
+    "pg": "mlxe.algos.pg",
+    "dqn": "mlxe.algos.dqn",
+}
 
 
-def on_policy(name: str):
-    """The module of an on-policy algorithm."""
-    return importlib.import_module(ON_POLICY_MODULES[name])
+def module(name: str):
+    """The module of algorithm ``name`` (a key of :data:`ALGORITHMS`)."""
+    return importlib.import_module(ALGORITHMS[name])
+
+
+def config_class(name: str) -> type:
+    """The ``algo:`` dataclass of algorithm ``name``."""
+    return module(name).Config
+
+
+def algorithm(name: str):
+    """The :class:`mlxe.core.Algorithm` class of algorithm ``name``."""
+    return module(name).Algorithm

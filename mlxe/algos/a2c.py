@@ -1,55 +1,266 @@
-"""A2C / synchronous A3C with GAE (RELAAX's DA3C, seed 001), on vectorized rollouts.
+"""A2C: synchronous advantage actor-critic with GAE (RELAAX's DA3C, synchronous), and the base of PPO and PG.
 
-Reads top to bottom: hyper-parameters -> targets -> loss -> update. Acting is PPO's (one batched
-forward pass per step; softmax sampling for Discrete actions, Gaussian for Box ones).
+Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 
-* Targets: GAE(gamma, lambda) over each T-step rollout (``rollout.gae_lambda``; 1.0 gives the
-  classic n-step returns bounded by t_max = ``rollout.steps``, bootstrapped at the rollout end).
+* Acting (Executors, NumPy): one batched forward pass of the actor-critic MLP for all E
+  environments; Discrete actions sampled from softmax(logits), Box actions a = mean + std * eps,
+  eps ~ N(0, I) (stored raw; the vector env clips them to the bounds). log pi(a|s) and V(s) are
+  recorded for the update. Greedy acting takes the most likely action or the mean.
+* Targets (Learner, per segment): GAE(gamma, lambda) per environment over T steps
+  (``mlxe.algos.returns.gae``): a terminated step does not bootstrap, a truncated one bootstraps
+  V(final observation); ``gae_lambda`` 1.0 gives the classic n-step returns bounded by t_max = T.
 * Loss: -log pi(a|s) A + value_coef (R - V)^2 - entropy_coef H(pi), over the whole batch.
-* Update: one RMSprop step per rollout (alpha 0.99, eps 1e-5, as Stable-Baselines3's A2C),
-  gradient-norm clipping, lr annealed linearly if ``rollout.anneal_lr``.
+* Update: one RMSprop step per iteration (alpha 0.99, eps 1e-5, as Stable-Baselines3's A2C),
+  gradient-norm clipping, lr annealed linearly to 0 over the step budget if ``anneal_lr``.
+
+The loss is the torch ``loss``; autograd of it is the definition, on any device. For the MLP on the
+CPU an algorithm may also give ``loss_grad``, the same loss in NumPy with its hand-derived gradient,
+which ``mlxe.models.backprop`` back-propagates (``algo.backprop``: about twice as fast for small
+MLPs). When a Learner starts, one minibatch's NumPy gradient is checked against autograd of
+``loss`` (:meth:`A2C.check_backprop`): editing ``loss`` alone stops the run with an error saying so
+instead of training the old loss.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
-from mlxe.algos.distributions import log_prob_entropy
-from mlxe.algos.ppo import PPOLearner, rollout_targets, value_loss_grad
+from mlxe.algos.device import resolve_device, to_cpu
+from mlxe.algos.distributions import LOG_SQRT_2PI, log_prob_entropy
+from mlxe.algos.returns import gae
+from mlxe.config import AlgoConfig, ConfigError
+from mlxe.core import Algorithm as AlgorithmBase
+from mlxe.core import Field, Segment, State
+from mlxe.exploration import log_softmax
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, share_flat
+from mlxe.models.backprop import Backprop
+
+# The NumPy gradient must match autograd's to this relative (L2) error; float32 rounding gives ~1e-7.
+BACKPROP_TOLERANCE = 1e-4
 
 
-def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
-    return rollout_targets(rollout, cfg.algo.gamma, cfg.rollout.gae_lambda)
+@dataclass
+class Config(AlgoConfig):
+    """``algo:`` of A2C."""
+
+    name: str = "a2c"
+    lr: float = 7e-4
+    max_grad_norm: float | None = 0.5
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    gae_lambda: float = 1.0  # GAE lambda; 1.0 gives n-step returns bounded by the segment
+    anneal_lr: bool = False  # linearly to 0 over stop.max_env_steps
+    # gradients: "numpy" = hand-derived backprop on the CPU (``loss_grad``, mlxe.models.backprop),
+    # "autograd" = torch autograd of ``loss`` (any device), "auto" = numpy on the CPU with
+    # torch_threads 1 (checked against autograd when the Learner starts), autograd otherwise
+    backprop: Literal["auto", "numpy", "autograd"] = "auto"
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ConfigError(f"algo.gae_lambda: {self.gae_lambda!r} is not allowed; expected a value in [0, 1]")
+        check_backprop_setting(self.backprop, cfg)
 
 
-class A2CLearner(PPOLearner):
-    """One full-batch actor-critic step per rollout."""
+def check_backprop_setting(backprop: str, cfg) -> None:
+    """``algo.backprop: numpy`` needs the CPU and no NoisyNet layers: a ConfigError naming the key otherwise."""
+    if backprop == "numpy" and (cfg.device.startswith("cuda") or cfg.model.noisy_policy):
+        raise ConfigError(
+            f"algo.backprop: 'numpy' computes on the CPU without NoisyNet layers (device={cfg.device!r}, "
+            f"model.noisy_policy={cfg.model.noisy_policy}); use 'auto' or 'autograd'"
+        )
 
-    def __init__(self, cfg, spec, seed: int) -> None:
+
+# --------------------------------------------------------------------------- acting
+
+
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [B] ~ softmax(logits [B, A]) and their log-probabilities [B] (Gumbel-max, vectorized)."""
+    logp_all = log_softmax(logits)
+    actions = np.argmax(logp_all - np.log(-np.log(rng.random(logits.shape))), axis=1)
+    return actions, logp_all[np.arange(len(actions)), actions]
+
+
+def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """log N(mean + std * noise | mean, diag(std^2)) [B] of standard-normal ``noise`` and ``std`` [B, A]."""
+    return -(0.5 * np.square(noise) + np.log(std)).sum(axis=1) - noise.shape[1] * np.float32(LOG_SQRT_2PI)
+
+
+class ActorCriticPolicy:
+    """The actor-critic MLP in NumPy (:class:`NumpyActorCritic`): samples actions and records
+    ``logp`` (log pi(a|s)) and ``value`` (V(s)); feed-forward, so its state is None."""
+
+    def __init__(self, spec: NetSpec, seed: int) -> None:
+        self.weights = np.zeros(spec.num_params(), np.float32)
+        self.net = NumpyActorCritic(spec, self.weights)
+        self.continuous = spec.continuous
+        self.rng = np.random.default_rng(seed)
+
+    def initial_state(self, n_envs: int) -> State:
+        return None
+
+    def load(self, weights: np.ndarray) -> None:
+        np.copyto(self.weights, weights)
+
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+        """``obs`` [E, d] -> (actions [E] int64 or [E, A] float32, {logp, value} [E], None)."""
+        policy, values = self.net(obs)
+        if self.continuous:
+            mean, std = policy
+            noise = np.zeros_like(mean) if greedy else self.rng.standard_normal(mean.shape, dtype=np.float32)
+            actions, logp = mean + std * noise, gaussian_log_prob(noise, std)
+        elif greedy:
+            actions = np.argmax(policy, axis=1)
+            logp = log_softmax(policy)[np.arange(len(actions)), actions]
+        else:
+            actions, logp = sample_categorical(policy, self.rng)
+        return actions, {"logp": logp, "value": values}, None
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def flatten(x: np.ndarray) -> np.ndarray:
+    """[T, E, ...] -> [T*E, ...] (time-major, as the segment's rows)."""
+    return x.reshape(-1, *x.shape[2:])
+
+
+def next_values(segment: Segment, value_of) -> np.ndarray:
+    """V(s_{t+1}) [T, E] for GAE: the recorded value of the next row, ``value_of(next_obs)`` after the
+    segment's last step, and ``value_of(final observation)`` where an episode was truncated."""
+    value = segment.steps["value"]
+    nxt = np.concatenate([value[1:], value_of(segment.next_obs)[None]], axis=0)
+    if len(segment.final_t):
+        nxt[segment.final_t, segment.final_env] = value_of(segment.final_obs)
+    return nxt
+
+
+# --------------------------------------------------------------------------- loss helpers
+
+
+def value_loss_grad(
+    value: np.ndarray, ret: np.ndarray, old_value: np.ndarray, clip: float | None
+) -> tuple[float, np.ndarray]:
+    """mean((V - R)^2), or with ``clip`` mean(max((V - R)^2, (V_clipped - R)^2)) where V_clipped =
+    V_old + clip(V - V_old, -clip, clip), and its gradient dL/dV [B]."""
+    n = len(value)
+    diff = value - ret
+    if clip is None:
+        return float(np.mean(diff * diff)), diff * np.float32(2.0 / n)
+    clipped = old_value + np.clip(value - old_value, -clip, clip)
+    diff_clipped = clipped - ret
+    square, square_clipped = diff * diff, diff_clipped * diff_clipped
+    inside = np.abs(value - old_value) <= clip  # where the clipped value still moves with V
+    d_value = np.where(square >= square_clipped, diff, diff_clipped * inside) * np.float32(2.0 / n)
+    return float(np.mean(np.maximum(square, square_clipped))), d_value
+
+
+# The stats every loss of the family returns, in this order; the update logs their means.
+STATS = ("loss", "value_loss", "policy_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+class A2C(AlgorithmBase):
+    """One full-batch actor-critic step per iteration on the segments observed since the last one.
+
+    The model and optimizer live on ``cfg.device``; segments arrive and weights leave as NumPy
+    arrays. Subclasses change the loss (``loss`` and, for the NumPy path, ``loss_grad``), the
+    optimizer, the passes over the batch and the targets.
+    """
+
+    Config = Config
+
+    @classmethod
+    def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
+        return {"logp": Field(), "value": Field()}
+
+    @classmethod
+    def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1) -> ActorCriticPolicy:
+        return ActorCriticPolicy(spec, seed)
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        import torch
+
+        from mlxe.models.actor_critic import build_torch
+
         super().__init__(cfg, spec, seed)
-        self.epochs, self.minibatch = 1, None
+        torch.manual_seed(seed)
+        self.algo = cfg.algo
+        self.device = resolve_device(cfg.device)
+        self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
+        self.flat = share_flat(self.main)  # the optimizer steps this one vector; the module's tensors are views
+        self.backprop = self.make_backprop()
+        self.backprop_checked = False
+        self.optimizer = self.make_optimizer()
+        self.rng = np.random.default_rng(seed)
+        self.epochs, self.minibatch = self.passes()
+        self.observed: list[dict[str, np.ndarray]] = []  # training rows of the segments since the last update
 
+    # -- hyper-parameters the subclasses change -------------------------------------------------------
     def make_optimizer(self):
         import torch
 
-        return torch.optim.RMSprop([self.flat], lr=self.cfg.algo.lr, alpha=0.99, eps=1e-5)
+        return torch.optim.RMSprop([self.flat], lr=self.algo.lr, alpha=0.99, eps=1e-5)
 
-    def loss(self, mb: dict, clip: float):
+    def passes(self) -> tuple[int, int | None]:
+        """(epochs over each batch, minibatch size or None for the whole batch)."""
+        return 1, None
+
+    def schedule(self, progress: float) -> tuple[float, float | None]:
+        """(lr, clip range or None) at ``progress`` in [0, 1] of the step budget."""
+        remaining = max(0.0, 1.0 - progress)
+        return self.algo.lr * (remaining if self.algo.anneal_lr else 1.0), None
+
+    # -- targets ------------------------------------------------------------------------------------
+    def observe(self, segment: Segment) -> None:
+        self.observed.append(self.targets(segment))
+
+    def targets(self, segment: Segment) -> dict[str, np.ndarray]:
+        """The training rows [T*E] of a segment: obs, action, logp, value, GAE advantage and return."""
+        s = segment.steps
+        adv, ret = gae(
+            s["reward"], s["value"], next_values(segment, self.value),
+            s["terminated"], s["truncated"], self.algo.gamma, self.algo.gae_lambda,
+        )
+        rows = {k: flatten(s[k]) for k in ("obs", "action", "logp", "value")}
+        return dict(rows, advantage=flatten(adv), ret=flatten(ret))
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        """V(obs) [B] float32 with the current weights."""
         import torch
+
+        with torch.no_grad():
+            _, v = self.main(torch.tensor(obs, dtype=torch.float32, device=self.device))  # a copy: obs may be read-only
+        return v.cpu().numpy()
+
+    # -- loss -------------------------------------------------------------------------------------
+    def loss(self, mb: dict, clip: float | None):
+        """-log pi(a|s) A + value_coef (R - V)^2 - entropy_coef H on one minibatch (tensors);
+        returns (loss, the other STATS as tensors)."""
         import torch.nn.functional as F
 
+        a = self.algo
         policy, value = self.main(mb["obs"])
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         value_loss = F.mse_loss(value, mb["ret"])
-        loss = policy_loss + self.cfg.algo.value_coef * value_loss - self.cfg.algo.entropy_coef * entropy
-        zero = logp.new_zeros(())  # on the Learner's device, as the other stats
-        return loss, (value_loss, policy_loss, entropy, zero, zero, torch.ones_like(logp))
+        loss = policy_loss + a.value_coef * value_loss - a.entropy_coef * entropy
+        zero = logp.new_zeros(())  # no ratio: on the Learner's device, as the other stats
+        return loss, (value_loss, policy_loss, entropy, zero, zero)
 
-    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float):
-        """``loss`` in NumPy with its gradient, as ``PPOLearner.loss_grad``."""
-        a, n = self.cfg.algo, len(logp)
+    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float | None):
+        """``loss`` in NumPy from log pi(a|s) [B], the entropy [B] and V [B], with its gradient:
+        (STATS, dL/dlog pi [B], dL/dH (the same for every sample), dL/dV [B] or None)."""
+        a, n = self.algo, len(logp)
         policy_loss = -float(np.mean(logp * mb["advantage"]))
         value_loss, d_value = value_loss_grad(value, mb["ret"], mb["value"], None)
         mean_entropy = float(np.mean(entropy))
@@ -57,5 +268,139 @@ class A2CLearner(PPOLearner):
         stats = (loss, value_loss, policy_loss, mean_entropy, 0.0, 0.0)
         return stats, mb["advantage"] * np.float32(-1.0 / n), -a.entropy_coef / n, d_value * np.float32(a.value_coef)
 
+    # -- update -----------------------------------------------------------------------------------
+    def make_backprop(self) -> Backprop | None:
+        """NumPy backprop over the flat vector's memory (``algo.backprop``), or None: torch autograd."""
+        choice = self.algo.backprop
+        supported = self.device.type == "cpu" and not self.spec.noisy_policy
+        # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores
+        if choice == "autograd" or not supported or (choice == "auto" and self.cfg.torch_threads > 1):
+            return None
+        return Backprop(self.spec, self.flat.detach().numpy(), self.flat.grad.numpy())
 
-Learner = A2CLearner
+    def update(self, progress: float) -> dict[str, float]:
+        """``epochs`` passes of minibatch steps over the rows observed since the last update."""
+        import torch
+
+        if not self.observed:
+            return {}
+        batch = {k: np.concatenate([rows[k] for rows in self.observed]) for k in self.observed[0]}
+        self.observed = []
+        lr, clip = self.schedule(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        numpy = self.backprop is not None
+        if numpy and not self.backprop_checked:
+            self.check_backprop(batch, clip)
+        data = batch if numpy else {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}  # moved once
+        n = len(batch["action"])
+        size = n if self.minibatch is None else min(self.minibatch, n)
+        stats = []  # per step: STATS + grad norm (torch: a tensor, read once at the end: no sync per step)
+        for _ in range(self.epochs):
+            perm = self.rng.permutation(n)  # drawn even when unused: one RNG stream whatever the minibatch
+            # one minibatch of the whole batch: the loss is order-free, skip the shuffle's copy
+            order = None if size == n else perm if numpy else torch.as_tensor(perm, device=self.device)
+            for start in range(0, n - size + 1, size):
+                mb = data if order is None else {k: t[order[start : start + size]] for k, t in data.items()}
+                stats.append(self.step_numpy(mb, clip) if numpy else self.step_autograd(mb, clip))
+                self.updates += 1
+        means = np.mean(stats, axis=0).tolist() if numpy else torch.stack(stats).mean(0).tolist()
+        return dict(zip((*STATS, "grad_norm"), means), lr=lr)
+
+    @property
+    def max_grad_norm(self) -> float:
+        """``algo.max_grad_norm``, infinite where it is null (no clipping)."""
+        return self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+
+    def numpy_gradient(self, mb: dict[str, np.ndarray], clip: float | None) -> list[float]:
+        """``loss_grad`` back-propagated by hand into the flat gradient (zeroed first); returns STATS."""
+        grad = self.backprop.grads.flat
+        # the optimizer reads self.flat.grad: it must still be this memory (a zero_grad() setting it
+        # to None, or a new tensor, would leave the gradients written here unused)
+        assert self.flat.grad is not None and self.flat.grad.data_ptr() == grad.ctypes.data, "flat gradient replaced"
+        grad.fill(0.0)
+        head, value, cache = self.backprop.forward(mb["obs"])
+        logp, entropy, policy_vjp = self.backprop.log_prob_entropy(head, mb["action"])
+        stats, d_logp, d_entropy, d_value = self.loss_grad(logp, entropy, value, mb, clip)
+        self.backprop.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
+        return list(stats)
+
+    def step_numpy(self, mb: dict[str, np.ndarray], clip: float | None) -> list[float]:
+        """One update by ``loss_grad`` and hand-derived backprop; returns STATS and the gradient norm."""
+        stats = self.numpy_gradient(mb, clip)
+        grad = self.backprop.grads.flat
+        grad_norm = float(np.sqrt(np.dot(grad, grad)))
+        if grad_norm + 1e-6 > self.max_grad_norm:  # as torch.nn.utils.clip_grad_norm_
+            grad *= np.float32(self.max_grad_norm / (grad_norm + 1e-6))
+        self.optimizer.step()
+        return [*stats, grad_norm]
+
+    def step_autograd(self, mb: dict, clip: float | None):
+        """One update by autograd of ``loss`` (tensors on the device); returns STATS and the gradient
+        norm as one tensor."""
+        import torch
+
+        loss, terms = self.loss(mb, clip)
+        self.flat.grad.zero_()  # not None: the module's gradients are views of it
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_([self.flat], self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return torch.stack([loss.detach(), *(t.detach() for t in terms), grad_norm])
+
+    def check_backprop(self, batch: dict[str, np.ndarray], clip: float | None) -> None:
+        """Compare the NumPy gradient of one minibatch with autograd of ``loss``; raise on a mismatch.
+
+        The behaviour log-probabilities and old values are jittered first, so that the ratio and
+        value clipping are active where the loss has them (on the first update the ratio is exactly
+        1 and would hide an edit there). Nothing is stepped.
+        """
+        import torch
+
+        size = len(batch["action"]) if self.minibatch is None else min(self.minibatch, len(batch["action"]))
+        rng = np.random.default_rng(0)  # not the Learner's stream: the check must not change the run
+        mb = {k: v[:size].copy() for k, v in batch.items()}
+        mb["logp"] += rng.normal(0.0, 0.3, size).astype(np.float32)
+        mb["value"] += rng.normal(0.0, 0.3, size).astype(np.float32)
+        self.numpy_gradient(mb, clip)
+        numpy_grad = self.backprop.grads.flat.copy()
+        self.flat.grad.zero_()
+        loss, _ = self.loss({k: torch.as_tensor(v) for k, v in mb.items()}, clip)
+        loss.backward()
+        autograd = self.flat.grad.numpy().copy()
+        self.flat.grad.zero_()
+        error = float(np.linalg.norm(numpy_grad - autograd) / max(np.linalg.norm(autograd), 1e-12))
+        if not error <= BACKPROP_TOLERANCE:
+            name = type(self).__name__
+            raise RuntimeError(
+                f"algo.backprop: {name}'s hand-derived gradient (loss_grad) differs from autograd of its loss by "
+                f"{error:.2e} (relative) on the first minibatch: loss and loss_grad no longer agree. Set "
+                "algo.backprop=autograd to train the loss as written, or update loss_grad to match it."
+            )
+        self.backprop_checked = True
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+    def weights(self) -> np.ndarray:
+        """The main model as the flat float32 vector (CPU, NumPy) Executors act with (a copy)."""
+        return self.flat.detach().cpu().numpy().copy()
+
+    def state_dict(self) -> dict:
+        """Model, optimizer, counters and RNG, tensors on the CPU (a checkpoint resumes on any device)."""
+        return {
+            # copies: the module's tensors are views of the flat vector, and pickle (Ray's replies) would
+            # write the whole vector once per view
+            "main": {k: v.detach().cpu().clone() for k, v in self.main.state_dict().items()},
+            "optimizer": to_cpu(self.optimizer.state_dict()),
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        # into this Learner's device: the module copies into its tensors, the optimizer casts its
+        # state to each parameter's device
+        self.main.load_state_dict(state["main"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+Algorithm = A2C

@@ -17,16 +17,59 @@ The algorithm knows nothing of threads, processes or machines: Executors call
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import discounted_returns
+from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import softmax
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
+
+
+@dataclass
+class ExplorationConfig:
+    """How Executors pick actions from the logits; eps = epsilon * decay^k over an Executor's actions."""
+
+    name: Literal["softmax", "reversed_epsilon_greedy", "epsilon_greedy"] = "softmax"
+    epsilon: float = 0.1
+    decay: float = 0.995
+
+
+@dataclass
+class Config(AlgoConfig):
+    """``algo:`` of the study's A3C (its replay is configured by the ``memory`` and ``online`` sections)."""
+
+    runtime: ClassVar[str] = "episodes"
+
+    name: str = "a3c"
+    lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
+    lr_decay: float = 0.998
+    lr_min: float = 1e-6
+    batch_size: int = 128
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    min_updates: int = 0  # updates per iteration = max(min_updates, N // batch_size + 1)
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    td_n: int | None = None  # value target: None = the Monte-Carlo return G, n = n-step TD target
+    off_policy: Literal["none", "truncated_is", "vtrace"] = "none"  # correction of the replayed policy term
+    promote_best_every: int | None = None  # every k iterations reset the main model to the best so far
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        check_positive("algo.batch_size", self.batch_size)
+        if not 0.0 < self.lr_decay <= 1.0:
+            raise ConfigError(f"algo.lr_decay: {self.lr_decay!r} is not allowed; expected a value in (0, 1]")
+        if self.td_n is not None and self.td_n < 1:
+            raise ConfigError(f"algo.td_n: {self.td_n!r} is not allowed; expected null or an integer >= 1")
+        if self.promote_best_every is not None and self.promote_best_every < 1:
+            raise ConfigError(
+                f"algo.promote_best_every: {self.promote_best_every!r} is not allowed; expected null or an integer >= 1"
+            )
 
 
 def episode_targets(

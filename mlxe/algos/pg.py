@@ -1,53 +1,78 @@
-"""Policy gradient (REINFORCE) as in RELAAX's distributed policy gradient (seed 001).
+"""Policy gradient (REINFORCE) as in RELAAX's distributed policy gradient.
 
-* Targets: discounted returns G_t = r_t + gamma G_{t+1} within each rollout, cut at episode ends
-  and at the rollout end (no critic, no bootstrap), normalized over the batch.
+Reads top to bottom: hyper-parameters -> targets -> loss. Acting and the update are A2C's
+(:mod:`mlxe.algos.a2c`), with Adam.
+
+* Targets: discounted returns G_t = r_t + gamma G_{t+1} within each segment, cut at episode ends
+  and at the segment end (no critic, no bootstrap), normalized over the segment.
 * Loss: -log pi(a|s) G - entropy_coef H(pi).
-* Update: one Adam step per rollout batch (RELAAX's CartPole: hidden [10], batch 200, lr 0.01).
-The value head is kept (the network is shared with the other algorithms) but not trained.
+* Update: one Adam step per iteration (RELAAX's CartPole: hidden [10], batch 200, lr 0.01).
+The network's value head is kept (the actor-critic MLP is shared with A2C and PPO) but not trained.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
+from mlxe.algos.a2c import A2C, check_backprop_setting, flatten
 from mlxe.algos.distributions import log_prob_entropy
-from mlxe.algos.ppo import PPOLearner, rollout_targets
+from mlxe.algos.returns import gae
+from mlxe.config import AlgoConfig
+from mlxe.core import Segment
 
 
-def targets(rollout: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
-    """Returns without a baseline: GAE with lambda 1 over zero values is the discounted return."""
-    zeros = np.zeros_like(rollout["value"])
-    batch = rollout_targets(dict(rollout, value=zeros, next_value=zeros), cfg.algo.gamma, 1.0)
-    g = batch["ret"]
-    batch["advantage"] = ((g - g.mean()) / (g.std() + 1e-8)).astype(np.float32)
-    return batch
+@dataclass
+class Config(AlgoConfig):
+    """``algo:`` of PG."""
+
+    name: str = "pg"
+    lr: float = 1e-2
+    entropy_coef: float = 0.0
+    anneal_lr: bool = False  # linearly to 0 over stop.max_env_steps
+    backprop: Literal["auto", "numpy", "autograd"] = "auto"  # as A2C's
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        check_backprop_setting(self.backprop, cfg)
 
 
-class PGLearner(PPOLearner):
-    """One full-batch REINFORCE step per rollout."""
+class PG(A2C):
+    """One full-batch REINFORCE step per iteration."""
 
-    def __init__(self, cfg, spec, seed: int) -> None:
-        super().__init__(cfg, spec, seed)
-        self.epochs, self.minibatch = 1, None
+    Config = Config
 
-    def loss(self, mb: dict, clip: float):
+    def make_optimizer(self):
         import torch
 
+        return torch.optim.Adam([self.flat], lr=self.algo.lr, eps=1e-5, fused=True)
+
+    def targets(self, segment: Segment) -> dict[str, np.ndarray]:
+        """Returns without a baseline: GAE with lambda 1 over zero values is the discounted return."""
+        s = segment.steps
+        zeros = np.zeros_like(s["reward"])
+        _, ret = gae(s["reward"], zeros, zeros, s["terminated"], s["truncated"], self.algo.gamma, 1.0)
+        g = flatten(ret)
+        rows = {k: flatten(s[k]) for k in ("obs", "action", "logp", "value")}
+        return dict(rows, ret=g, advantage=((g - g.mean()) / (g.std() + 1e-8)).astype(np.float32))
+
+    def loss(self, mb: dict, clip: float | None):
         policy, _ = self.main(mb["obs"])
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
         zero = logp.new_zeros(())  # on the Learner's device, as the other stats
-        return policy_loss - self.cfg.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero, torch.ones_like(logp))
+        return policy_loss - self.algo.entropy_coef * entropy, (zero, policy_loss, entropy, zero, zero)
 
-    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float):
-        """``loss`` in NumPy with its gradient, as ``PPOLearner.loss_grad`` (no value term: dL/dV is None)."""
-        a, n = self.cfg.algo, len(logp)
+    def loss_grad(self, logp: np.ndarray, entropy: np.ndarray, value: np.ndarray, mb: dict, clip: float | None):
+        """``loss`` in NumPy with its gradient, as :meth:`A2C.loss_grad` (no value term: dL/dV is None)."""
+        a, n = self.algo, len(logp)
         policy_loss = -float(np.mean(logp * mb["advantage"]))
         mean_entropy = float(np.mean(entropy))
         stats = (policy_loss - a.entropy_coef * mean_entropy, 0.0, policy_loss, mean_entropy, 0.0, 0.0)
         return stats, mb["advantage"] * np.float32(-1.0 / n), -a.entropy_coef / n, None
 
 
-Learner = PGLearner
+Algorithm = PG

@@ -107,3 +107,38 @@ def gae(
         carry = delta[t] + gamma * lam * continues[t] * carry
         advantages[t] = carry
     return advantages.astype(np.float32), (advantages + values).astype(np.float32)
+
+
+def nstep_window(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, n: int, gamma: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """n-step returns from every step of a window of L consecutive steps of E environments (all [L, E]).
+
+    From step t the return sums m = min(n, steps to the episode's end) rewards,
+    G_t = r_t + gamma r_{t+1} + ... + gamma^(m-1) r_{t+m-1}, and bootstraps from s_{t+m} with
+    discount gamma^m, or 0 where the episode terminated at step t+m-1 (a truncated one bootstraps).
+    A return whose m steps run past the window is not complete yet: its start waits for more steps.
+    Returns (G float32, the last step t+m-1 int64, the bootstrap discount float32, complete bool), [L, E].
+    Loops over n only.
+    """
+    L = len(rewards)
+    ended_at = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+    starts = np.arange(L)[:, None]
+    ret = np.zeros(np.shape(rewards), np.float64)
+    scale = np.ones(np.shape(rewards), np.float64)
+    last = np.broadcast_to(starts, np.shape(rewards)).copy()
+    running = np.ones(np.shape(rewards), bool)  # still summing rewards
+    complete = np.zeros(np.shape(rewards), bool)
+    for k in range(n):
+        step = np.minimum(starts + k, L - 1)
+        running &= starts + k < L  # past the window: incomplete
+        ret += np.where(running, scale * np.take_along_axis(rewards, np.broadcast_to(step, ret.shape), 0), 0.0)
+        last = np.where(running, step, last)
+        scale = np.where(running, scale * gamma, scale)
+        ended = running & np.take_along_axis(ended_at, np.broadcast_to(step, ret.shape), 0)
+        complete |= ended
+        running &= ~ended
+    complete |= running  # n steps inside the window without an episode end
+    terminal = np.take_along_axis(np.asarray(terminated, bool), last, 0)
+    discount = np.where(terminal, 0.0, scale)
+    return ret.astype(np.float32), last, discount.astype(np.float32), complete

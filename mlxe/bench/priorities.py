@@ -32,7 +32,7 @@ def bench_priorities(
 ) -> Path:
     from mlxe.config import load_config
     from mlxe.runtime.architectures.common import problem_spec
-    from mlxe.runtime.executor import Episode
+    from mlxe.core import Episode
     from mlxe.runtime.learner import Learner
     from mlxe.runtime.memorizer import Memorizer
 

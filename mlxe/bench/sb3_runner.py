@@ -33,9 +33,11 @@ def zoo_hyperparams(algo: str, env_id: str) -> dict:
     return dict(table[env_id])
 
 
-def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None):
+def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None, total_steps: int | None = None):
     """(model, n_envs, normalize) built as RL-Zoo's ``train.py`` would, with DummyVecEnv;
-    ``overrides``: ``key=value`` strings replacing RL-Zoo's values."""
+    ``overrides``: ``key=value`` strings replacing RL-Zoo's values. ``total_steps``: what ``learn``
+    will be given; an ``exploration_fraction`` (of ``learn``'s budget in SB3) is rescaled to it so
+    that epsilon reaches its final value at the same env step as with RL-Zoo's ``n_timesteps``."""
     import stable_baselines3 as sb3
     import yaml
     from stable_baselines3.common.env_util import make_vec_env
@@ -49,7 +51,9 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None)
             raise SystemExit(f"--hp {item!r}: expected key=value")
         hp[key] = yaml.safe_load(value)
     n_envs = int(hp.pop("n_envs", 1))
-    hp.pop("n_timesteps", None)
+    zoo_steps = hp.pop("n_timesteps", None)
+    if total_steps and zoo_steps and "exploration_fraction" in hp:
+        hp["exploration_fraction"] = min(1.0, float(hp["exploration_fraction"]) * float(zoo_steps) / total_steps)
     normalize = hp.pop("normalize", False)
     policy = hp.pop("policy")
     for key in ("learning_rate", "clip_range"):
@@ -73,7 +77,7 @@ def solve(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
-    model, n_envs, normalize = build(args.algo, args.env, args.seed, args.hp)
+    model, n_envs, normalize = build(args.algo, args.env, args.seed, args.hp, args.max_steps)
     # one environment per evaluation episode, played side by side (as MLxE's evaluation does)
     eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000)
     if normalize:
@@ -114,7 +118,7 @@ def solve(args: argparse.Namespace) -> dict:
 
 
 def throughput(args: argparse.Namespace) -> dict:
-    model, n_envs, _ = build(args.algo, args.env, args.seed)
+    model, n_envs, _ = build(args.algo, args.env, args.seed, total_steps=args.steps)
     started = time.perf_counter()
     model.learn(total_timesteps=args.steps)
     wall = time.perf_counter() - started

@@ -51,7 +51,7 @@ def _rate(step, seconds: float) -> float:
 
 def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
-    from mlxe.algos.ppo import sample_categorical
+    from mlxe.algos.a2c import sample_categorical
     from mlxe.config import load_config
     from mlxe.envs.vector import CartPoleVec
     from mlxe.models.actor_critic import NumpyActorCritic
@@ -65,7 +65,7 @@ def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict
     shared = SharedWeights(len(weights))
     shared.publish(weights)
     executor = RolloutExecutor(cfg, 0, shared, seed=0)
-    collect = _rate(lambda: executor.collect()[0]["reward"].size, seconds)
+    collect = _rate(lambda: len(executor.collect()[0]), seconds)
 
     env, net, rng = CartPoleVec(num_envs, cfg.env.max_episode_steps, 0), NumpyActorCritic(spec, weights), np.random.default_rng(0)
     obs = env.reset()

@@ -8,7 +8,6 @@ processes: :func:`executor_loop` runs it behind any :class:`~mlxe.runtime.transp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from mlxe.algos.a3c import A3CActor, episode_targets
 from mlxe.algos.returns import nstep_returns
+from mlxe.core import Episode
 from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -26,18 +26,6 @@ if TYPE_CHECKING:
 # Steps between looks at the control channel: rare enough to cost nothing, often enough that a
 # pause or stop takes effect within a fraction of a millisecond.
 POLL_EVERY = 64
-
-
-@dataclass
-class Episode:
-    """One finished episode: its totals and the stored window of its last steps (fields [n, ...])."""
-
-    executor: int
-    length: int  # steps in the whole episode
-    total_return: float  # undiscounted sum of rewards over the whole episode
-    failed: bool  # ended in a failure (terminal) rather than at the step cap
-    weights_version: int  # version of the weights that started the episode
-    steps: dict[str, np.ndarray] = field(repr=False)
 
 
 def env_dims(env) -> tuple[int, int | Box]:

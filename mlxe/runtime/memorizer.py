@@ -15,7 +15,7 @@ from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
-from mlxe.runtime.executor import Episode
+from mlxe.core import Episode
 
 
 class Memorizer:

@@ -1,13 +1,14 @@
-"""The vectorized Executor of the on-policy algorithms: E environments, T-step rollouts.
+"""The Executor of the one runtime: E environments, T-step segments, any algorithm's Policy.
 
-Each step is one batched forward pass for all of the Executor's environments. Training is
-continuous (seed 004): an environment whose episode ends is reset at once by the vector env, a
-truncated episode bootstraps from V(final observation), and GAE never crosses an episode or
-environment boundary. Rollouts are turned into flat training batches here, in the Executor's
-process, so the Learner only learns.
+Each step is one batched ``Policy.act`` for all of the Executor's environments. Training is
+continuous (as in ChainerRL's batch training): an environment whose episode ends is reset at once by
+the vector env; the episode's last observation is kept where it was truncated (the algorithm may
+bootstrap from it) and the policy's recurrent state is reset for that environment. The segment
+carries the fields the algorithm declared (:meth:`mlxe.core.Algorithm.record`) in their own dtypes;
+targets are the algorithm's business, on the Learner side.
 
 With ``filters`` on, the policy sees normalized observations and learns from scaled rewards
-(:class:`~mlxe.envs.filters.Filters`): each rollout starts from the run-wide statistics the Learner
+(:class:`~mlxe.envs.filters.Filters`): each segment starts from the run-wide statistics the Learner
 sent and returns the statistics of what it saw, for the Learner to merge. Episode returns are
 always reported in the environment's own rewards.
 """
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos import on_policy
-from mlxe.algos.ppo import PPOActor
+from mlxe import algos
+from mlxe.core import Episode, Field, Policy, Segment, State
 from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
-from mlxe.runtime.executor import Episode, env_dims, make_env_from_config, net_spec
+from mlxe.runtime.executor import env_dims, make_env_from_config, net_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
 
@@ -73,103 +74,132 @@ def make_vector_env(cfg, num_envs: int, seed: int):
 
 
 class RolloutExecutor:
-    """``rollout()`` plays T steps in each of E environments and returns a training batch [T*E]."""
+    """``rollout()`` plays T steps in each of E environments with the algorithm's Policy and returns
+    them as a :class:`~mlxe.core.Segment`."""
 
-    def __init__(self, cfg, index: int, weights: SharedWeights, seed: int) -> None:
+    def __init__(self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1) -> None:
         self.cfg, self.index = cfg, index
         self.env = make_vector_env(cfg, cfg.envs_per_executor, seed)
         self.spec = net_spec(cfg, self.env.obs_dim, self.env.n_actions)
         self.weights = weights
-        self.local = np.zeros(self.spec.num_params(), np.float32)
+        self.local = np.zeros(weights.size, np.float32)
         self.version = -1
-        self.actor = PPOActor(self.spec, self.local)
-        # actions per step: [E] indices (Discrete) or [E, A] raw Gaussian samples (Box)
-        continuous = self.spec.continuous
-        self.action_shape = (self.spec.n_actions,) if continuous else ()
-        self.action_dtype = np.float32 if continuous else np.int64
-        self.algo = on_policy(cfg.algo.name)
-        self.rng = np.random.default_rng(seed)
+        algorithm = algos.algorithm(cfg.algo.name)
+        self.policy: Policy = algorithm.make_policy(cfg, self.spec, seed, executors)
+        self.fields = {**step_fields(self.spec), **algorithm.record(cfg, self.spec)}
+        E = self.env.num_envs
         self.obs = self.env.reset()  # raw observations [E, obs_dim]
-        self.ep_length = np.zeros(self.env.num_envs, np.int64)
-        self.ep_return = np.zeros(self.env.num_envs, np.float64)
+        self.state = self.policy.initial_state(E)
+        self.ep_length = np.zeros(E, np.int64)
+        self.ep_return = np.zeros(E, np.float64)
         self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
-        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current rollout
-        self.discounted_return = np.zeros(self.env.num_envs, np.float64)  # of the reward filter
+        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current segment
+        self.discounted_return = np.zeros(E, np.float64)  # of the reward filter
 
     def rollout(
         self, filters: dict | None = None, version: int | None = None
-    ) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
-        """A flat training batch [T*E] with GAE targets, the episodes that ended meanwhile, and the
-        statistics of this rollout's data (None without filters); ``filters``: the run-wide ones;
-        ``version``: the weights to play with (default: the newest)."""
-        raw, episodes = self.collect(filters, version)
-        return self.algo.targets(raw, self.cfg), episodes, self.fresh.state_dict() if self.filters.enabled else None
+    ) -> tuple[Segment, list[Episode], dict | None]:
+        """The next segment, the episodes that ended in it, and the statistics of its data (None
+        without filters); ``filters``: the run-wide ones; ``version``: the weights to play with
+        (default: the newest)."""
+        segment, episodes = self.collect(filters, version)
+        return segment, episodes, self.fresh.state_dict() if self.filters.enabled else None
 
-    def collect(
-        self, filters: dict | None = None, version: int | None = None
-    ) -> tuple[dict[str, np.ndarray], list[Episode]]:
-        """The raw rollout (fields [T, E, ...], with ``next_value``) and the episodes that ended.
+    def pull_weights(self, version: int | None) -> None:
+        known = self.version
+        self.version = self.weights.read_into(self.local, known, version)
+        if self.version != known:
+            self.policy.load(self.local)
 
-        ``obs`` and ``reward`` are what the algorithm learns from: normalized and scaled with filters on."""
-        if version is None:
-            self.version = self.weights.read_into(self.local, self.version)
-        else:
-            self.version = self.weights.read_into(self.local, self.version, version)
+    def collect(self, filters: dict | None = None, version: int | None = None) -> tuple[Segment, list[Episode]]:
+        """Play T steps in every environment; the segment and the episodes that ended."""
+        self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
         self.fresh = Filters(self.cfg, self.env.obs_dim)
-        T, E, d = self.cfg.rollout.steps, self.env.num_envs, self.env.obs_dim
-        r = {
-            "obs": np.zeros((T, E, d), np.float32),
-            "action": np.zeros((T, E, *self.action_shape), self.action_dtype),
-            "logp": np.zeros((T, E), np.float32),
-            "value": np.zeros((T, E), np.float32),
-            "reward": np.zeros((T, E), np.float32),
-            "terminated": np.zeros((T, E), bool),
-            "truncated": np.zeros((T, E), bool),
-        }
+        T, E = self.cfg.rollout.steps, self.env.num_envs
+        steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of truncations
         episodes: list[Episode] = []
-        obs = self.obs
+        obs, state0 = self.obs, self.state
         for t in range(T):
             seen = self.filters.observe_obs(obs, self.fresh)
-            action, logp, value = self.actor.act(seen, self.rng)
+            action, extras, self.state = self.policy.act(seen, self.state)
+            if t == 0:
+                check_fields(extras, self.fields)
             next_obs, reward, terminated, truncated, final = self.env.step(action)
             ended = terminated | truncated
             learned = self.filters.observe_rewards(reward, self.discounted_return, ended, self.fresh)
-            r["obs"][t], r["action"][t], r["logp"][t], r["value"][t] = seen, action, logp, value
-            r["reward"][t], r["terminated"][t], r["truncated"][t] = learned, terminated, truncated
+            steps["obs"][t], steps["action"][t], steps["reward"][t] = seen, action, learned
+            steps["terminated"][t], steps["truncated"][t] = terminated, truncated
+            for k, v in extras.items():
+                steps[k][t] = v
             self.ep_length += 1
             self.ep_return += reward
             if ended.any():
                 for i in np.flatnonzero(ended):
                     episodes.append(
                         Episode(self.index, int(self.ep_length[i]), float(self.ep_return[i]), bool(terminated[i]),
-                                self.version, {})
+                                self.version)
                     )
                 self.ep_length[ended], self.ep_return[ended] = 0, 0.0
+                self.state = reset_state(self.state, ended, self.policy)
                 if truncated.any():
                     finals.append((t, np.flatnonzero(truncated), final[truncated]))
             obs = next_obs
         self.obs = obs
-        # V(s_{t+1}): the next row's value, the bootstrap after the rollout, V(final obs) at truncations.
         normalize = self.filters.normalize_obs
-        r["next_value"] = np.concatenate([r["value"][1:], self.actor.value(normalize(obs))[None]], axis=0)
-        for t, envs, final_obs in finals:
-            r["next_value"][t, envs] = self.actor.value(normalize(final_obs))
-        return r, episodes
+        final_t = np.array([t for t, envs, _ in finals for _ in envs], np.int64)
+        final_env = np.concatenate([envs for _, envs, _ in finals]) if finals else np.zeros(0, np.int64)
+        final_obs = (
+            normalize(np.concatenate([o for _, _, o in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
+        )
+        segment = Segment(self.index, self.version, steps, normalize(obs), final_t, final_env, final_obs, state0)
+        return segment, episodes
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state}
+        return {"policy": self.policy.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        self.policy.load_state_dict(state["policy"])
 
 
-def rollout_loop(channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None) -> None:
+def step_fields(spec) -> dict[str, Field]:
+    """What every segment records, whatever the algorithm: obs, action, reward, terminated, truncated."""
+    action = Field((spec.n_actions,), "float32") if spec.continuous else Field((), "int64")
+    return {
+        "obs": Field((spec.obs_dim,), "float32"),
+        "action": action,
+        "reward": Field(),
+        "terminated": Field((), "bool"),
+        "truncated": Field((), "bool"),
+    }
+
+
+def check_fields(extras: dict[str, np.ndarray], fields: dict[str, Field]) -> None:
+    """The policy returned exactly the declared fields, each [E, *shape]: an error naming the field."""
+    declared = {k for k in fields if k not in ("obs", "action", "reward", "terminated", "truncated")}
+    if set(extras) != declared:
+        raise ValueError(f"the policy returned the fields {sorted(extras)}, its algorithm declares {sorted(declared)}")
+    for k, v in extras.items():
+        if np.shape(v)[1:] != fields[k].shape:
+            raise ValueError(f"the policy's field {k!r} has shape {np.shape(v)} per step, declared [E, *{fields[k].shape}]")
+
+
+def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:
+    """``state`` with the rows of the environments whose episode ``ended`` [E] back to the initial state."""
+    if state is None:
+        return None
+    fresh = policy.initial_state(len(ended))
+    return {k: np.where(ended.reshape(-1, *[1] * (v.ndim - 1)), fresh[k], v) for k, v in state.items()}
+
+
+def rollout_loop(
+    channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1
+) -> None:
     """A RolloutExecutor behind a channel: ``("rollout", filters, weights version)`` -> ``("rollout",
-    batch, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
-    executor = RolloutExecutor(cfg, index, weights, seed)
+    segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
+    executor = RolloutExecutor(cfg, index, weights, seed, executors)
     if state is not None:
         executor.load_state_dict(state)
     while True:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mlxe.config import Config, save_config
-from mlxe.runtime.executor import Episode
+from mlxe.core import Episode
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats

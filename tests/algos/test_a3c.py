@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mlxe.algos.a3c import A3CActor, A3CLearner, episode_targets
-from mlxe.config import AlgoConfig
+from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.exploration import Greedy, SoftmaxSampling
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
@@ -33,7 +33,7 @@ def make_batch(seed: int, n: int = 6) -> dict[str, np.ndarray]:
 
 
 def learner(seed: int = 0, **algo) -> A3CLearner:
-    return A3CLearner(AlgoConfig(**algo), SPEC, seed=seed)
+    return A3CLearner(A3CConfig(**algo), SPEC, seed=seed)
 
 
 def params_of(module) -> list[torch.Tensor]:
@@ -294,7 +294,7 @@ def test_max_grad_norm_clips():
 
 
 def test_no_clipping_by_default():
-    assert AlgoConfig().max_grad_norm is None
+    assert A3CConfig().max_grad_norm is None
     lrn = learner()
     info = lrn.update(make_batch(15))
     grads = torch.cat([p.grad.flatten() for p in lrn.main.parameters()])

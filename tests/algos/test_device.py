@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos import on_policy
+from mlxe.algos import algorithm
 from mlxe.algos.a3c import A3CLearner
 from mlxe.algos.device import resolve_device
-from mlxe.config import AlgoConfig, ConfigError, load_config
+from mlxe.algos.a3c import Config as A3CConfig
+from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 
 CUDA = torch.cuda.is_available()
@@ -29,8 +30,15 @@ A3C_SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(16,), value
 
 def on_policy_config(algo: str = "ppo", device: str = "cpu", *overrides: str):
     """Pinned hyper-parameters: 2 epochs of 4 minibatches (the shuffle path), small lr."""
-    return load_config(None, [f"algo.name={algo}", f"device={device}", "algo.batch_size=64", "ppo.epochs=2",
+    ppo = ["algo.batch_size=64", "algo.epochs=2"] if algo == "ppo" else []
+    return load_config(None, [f"algo.name={algo}", f"device={device}", *ppo,
                               "algo.lr=1e-4", "algo.max_grad_norm=0.5", "algo.entropy_coef=0.01", *overrides])
+
+
+def learn(learner, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
+    """An on-policy Learner's update on training rows (as ``observe`` makes them from segments)."""
+    learner.observed.append(batch)
+    return learner.update(progress)
 
 
 def on_policy_batch(spec: NetSpec, n: int = 256, seed: int = 0) -> dict[str, np.ndarray]:
@@ -72,7 +80,9 @@ def tensors(state) -> list[torch.Tensor]:
 
 
 def assert_close_infos(a, b) -> None:
-    np.testing.assert_allclose(list(vars(a).values()), list(vars(b).values()), rtol=1e-3, atol=1e-5)
+    a, b = (x if isinstance(x, dict) else vars(x) for x in (a, b))
+    assert a.keys() == b.keys()
+    np.testing.assert_allclose(list(a.values()), list(b.values()), rtol=1e-3, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- resolution
@@ -96,9 +106,9 @@ def test_cuda_without_cuda_is_a_clear_config_error(name):
 @without_cuda
 def test_every_learner_refuses_cuda_without_cuda():
     for build in (
-        lambda: on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, 0),
-        lambda: on_policy("a2c").Learner(on_policy_config("a2c", "cuda"), DISCRETE, 0),
-        lambda: A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cuda"),
+        lambda: algorithm("ppo")(on_policy_config("ppo", "cuda"), DISCRETE, 0),
+        lambda: algorithm("a2c")(on_policy_config("a2c", "cuda"), DISCRETE, 0),
+        lambda: A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cuda"),
     ):
         with pytest.raises(ConfigError, match="device: 'cuda' is not available"):
             build()
@@ -114,9 +124,9 @@ def test_cuda_index_past_the_devices_is_a_clear_config_error():
 
 
 def test_state_dicts_and_weights_are_cpu_and_numpy():
-    ppo = on_policy("ppo").Learner(on_policy_config(), DISCRETE, 0)
-    ppo.update(on_policy_batch(DISCRETE), 0.0)
-    a3c = A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cpu")
+    ppo = algorithm("ppo")(on_policy_config(), DISCRETE, 0)
+    learn(ppo, on_policy_batch(DISCRETE), 0.0)
+    a3c = A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cpu")
     a3c.update(a3c_batch())
     for learner in (ppo, a3c):
         w = learner.weights()
@@ -132,13 +142,13 @@ def test_state_dicts_and_weights_are_cpu_and_numpy():
     "algo, spec", [("ppo", DISCRETE), ("ppo", BOX), ("a2c", DISCRETE), ("pg", DISCRETE)], ids=["ppo", "ppo-box", "a2c", "pg"]
 )
 def test_on_policy_update_on_cuda_matches_cpu(algo, spec):
-    cpu = on_policy(algo).Learner(on_policy_config(algo, "cpu"), spec, seed=3)
-    gpu = on_policy(algo).Learner(on_policy_config(algo, "cuda"), spec, seed=3)
+    cpu = algorithm(algo)(on_policy_config(algo, "cpu"), spec, seed=3)
+    gpu = algorithm(algo)(on_policy_config(algo, "cuda"), spec, seed=3)
     assert next(gpu.main.parameters()).device.type == "cuda"
     np.testing.assert_array_equal(cpu.weights(), gpu.weights())  # the same initial weights on either device
     for i in range(3):
         batch = on_policy_batch(spec, seed=i)
-        assert_close_infos(cpu.update(batch, 0.1 * i), gpu.update(batch, 0.1 * i))
+        assert_close_infos(learn(cpu, batch, 0.1 * i), learn(gpu, batch, 0.1 * i))
     w = gpu.weights()
     assert isinstance(w, np.ndarray) and w.dtype == np.float32
     np.testing.assert_allclose(w, cpu.weights(), rtol=1e-3, atol=1e-5)
@@ -148,7 +158,7 @@ def test_on_policy_update_on_cuda_matches_cpu(algo, spec):
 @needs_cuda
 @pytest.mark.parametrize("off_policy", ["none", "truncated_is", "vtrace"])
 def test_a3c_update_on_cuda_matches_cpu(off_policy):
-    cfg = AlgoConfig(off_policy=off_policy, max_grad_norm=1.0)
+    cfg = A3CConfig(off_policy=off_policy, max_grad_norm=1.0)
     cpu, gpu = A3CLearner(cfg, A3C_SPEC, 5, device="cpu"), A3CLearner(cfg, A3C_SPEC, 5, device="cuda")
     assert next(gpu.target.parameters()).device.type == "cuda"
     for i in range(4):
@@ -161,7 +171,7 @@ def test_a3c_update_on_cuda_matches_cpu(off_policy):
 
 @needs_cuda
 def test_a3c_learner_trains_on_cuda_with_noisy_layers():
-    learner = A3CLearner(AlgoConfig(lr=1e-2), NetSpec(3, 2, (16,), (16,), (16,), noisy_policy=True), 0, device="cuda")
+    learner = A3CLearner(A3CConfig(lr=1e-2), NetSpec(3, 2, (16,), (16,), (16,), noisy_policy=True), 0, device="cuda")
     batch = a3c_batch()
     first = learner.update(batch).value_loss
     for _ in range(50):
@@ -172,31 +182,31 @@ def test_a3c_learner_trains_on_cuda_with_noisy_layers():
 
 @needs_cuda
 def test_cuda_state_resumes_on_cpu_and_cpu_state_on_cuda():
-    gpu = on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, seed=1)
-    gpu.update(on_policy_batch(DISCRETE, seed=0), 0.0)
+    gpu = algorithm("ppo")(on_policy_config("ppo", "cuda"), DISCRETE, seed=1)
+    learn(gpu, on_policy_batch(DISCRETE, seed=0), 0.0)
     state = roundtrip(gpu.state_dict())
     assert all(t.device.type == "cpu" for t in tensors(state))  # nothing of the GPU in the checkpoint
 
-    cpu = on_policy("ppo").Learner(on_policy_config("ppo", "cpu"), DISCRETE, seed=2)
+    cpu = algorithm("ppo")(on_policy_config("ppo", "cpu"), DISCRETE, seed=2)
     cpu.load_state_dict(state)
     np.testing.assert_array_equal(cpu.weights(), gpu.weights())
     assert all(t.device.type == "cpu" for s in cpu.optimizer.state.values() for t in s.values())
     batch = on_policy_batch(DISCRETE, seed=1)
-    assert_close_infos(cpu.update(batch, 0.5), gpu.update(batch, 0.5))  # Adam moments came along
+    assert_close_infos(learn(cpu, batch, 0.5), learn(gpu, batch, 0.5))  # Adam moments came along
 
-    back = on_policy("ppo").Learner(on_policy_config("ppo", "cuda"), DISCRETE, seed=3)
+    back = algorithm("ppo")(on_policy_config("ppo", "cuda"), DISCRETE, seed=3)
     back.load_state_dict(roundtrip(cpu.state_dict()))
     assert all(t.device.type == "cuda" for s in back.optimizer.state.values() for t in s.values())
     np.testing.assert_array_equal(back.weights(), cpu.weights())
     batch = on_policy_batch(DISCRETE, seed=2)
-    assert_close_infos(cpu.update(batch, 0.6), back.update(batch, 0.6))
+    assert_close_infos(learn(cpu, batch, 0.6), learn(back, batch, 0.6))
 
 
 @needs_cuda
 def test_a3c_cuda_state_resumes_on_cpu():
-    gpu = A3CLearner(AlgoConfig(), A3C_SPEC, 0, device="cuda")
+    gpu = A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cuda")
     gpu.update(a3c_batch())
-    cpu = A3CLearner(AlgoConfig(), A3C_SPEC, 1, device="cpu")
+    cpu = A3CLearner(A3CConfig(), A3C_SPEC, 1, device="cpu")
     cpu.load_state_dict(roundtrip(gpu.state_dict()))
     np.testing.assert_array_equal(cpu.weights(), gpu.weights())
     batch = a3c_batch(seed=1)

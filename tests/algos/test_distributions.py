@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mlxe.algos.distributions import categorical, gaussian, log_prob_entropy
-from mlxe.algos.ppo import gaussian_log_prob
+from mlxe.algos.a2c import gaussian_log_prob
 
 
 def gaussian_batch(seed=0, n=64, a=3):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from mlxe.algos.a3c import A3CLearner
 from mlxe.algos.returns import nstep_returns, td_errors, vtrace
-from mlxe.config import AlgoConfig
+from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.models.actor_critic import NetSpec
 
 # --------------------------------------------------------------------------- n-step returns
@@ -155,7 +155,7 @@ B = 4
 
 
 def make_learner(**algo) -> A3CLearner:
-    return A3CLearner(AlgoConfig(**algo), SPEC, seed=0)
+    return A3CLearner(A3CConfig(**algo), SPEC, seed=0)
 
 
 def make_batch() -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from mlxe.bench.solve import bench_solve
 from mlxe.bench.throughput import acting_only, bench_throughput
 
 SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "algo.batch_size=64",
-         "ppo.epochs=2", "stop.eval_every=2"]
+         "algo.epochs=2", "stop.eval_every=2"]
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import mlxe
-from mlxe.algos.ppo import PPOActor
+from mlxe.algos.a2c import ActorCriticPolicy
+from mlxe.algos.ppo import PPO
 from mlxe.config import load_config
 from mlxe.models.actor_critic import build_torch, flat_weights
 from mlxe.runtime.executor import Executor, env_dims, make_env_from_config, net_spec
@@ -62,10 +63,11 @@ def rollout_executor(cfg, seed=1):
 def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123) -> float:
     """Mean undiscounted return of ``episodes`` greedy episodes (one per environment of a GymVec)."""
     env = GymVec(cfg, episodes, seed)
-    actor = PPOActor(net_spec(cfg, env.obs_dim, env.n_actions), weights, greedy=True)
-    obs, total, rng = env.reset(), np.zeros(episodes), np.random.default_rng(0)  # (greedy: rng unused)
+    policy = ActorCriticPolicy(net_spec(cfg, env.obs_dim, env.n_actions), seed=0)
+    policy.load(weights)
+    obs, total = env.reset(), np.zeros(episodes)
     for _ in range(cfg.env.max_episode_steps):  # Pendulum: every episode is cut at the step cap
-        action, _, _ = actor.act(obs, rng)
+        action, _, _ = policy.act(obs, None, greedy=True)
         obs, reward, terminated, truncated, _ = env.step(action)
         total += reward
     assert truncated.all()
@@ -109,13 +111,13 @@ def test_actions_are_stored_raw_and_clipped_at_the_env(tmp_path):
                           "model.log_std_init=1.0")
     ex = rollout_executor(cfg)
     assert isinstance(ex.env, GymVec)
-    raw, _ = ex.collect()
-    action = raw["action"]
+    segment, _ = ex.collect()
+    action = segment.steps["action"]
     assert action.shape == (16, 3, 2) and action.dtype == np.float32
     assert (action < LOW).any() and (action > HIGH).any()  # std e: raw samples leave the bounds
     # the env observed each clipped action: obs[t + 1] = clip(action[t])
-    np.testing.assert_array_equal(raw["obs"][1:], np.clip(action[:-1], LOW, HIGH))
-    batch = ex.algo.targets(raw, cfg)
+    np.testing.assert_array_equal(segment.steps["obs"][1:], np.clip(action[:-1], LOW, HIGH))
+    batch = PPO(cfg, ex.spec, seed=0).targets(segment)
     assert batch["action"].dtype == np.float32 and batch["action"].shape == (48, 2)
     np.testing.assert_array_equal(batch["action"], action.reshape(48, 2))  # training sees the raw samples
 
@@ -131,8 +133,14 @@ def test_gym_vector_env_clips_box_actions_only(tmp_path):
 
 @pytest.mark.parametrize("algo", ["a2c", "pg"])
 def test_a2c_and_pg_train_on_box_actions(tmp_path, algo):
-    cfg = pendulum_config(tmp_path, f"algo.name={algo}", "stop.eval_return=null", "stop.max_env_steps=2048",
-                          "executors=2", "envs_per_executor=2", "rollout.steps=128")
+    from mlxe.config import apply_overrides, from_dict, read_yaml
+
+    data = read_yaml("configs/pendulum_ppo.yaml")
+    data["algo"] = {"name": algo, "gamma": 0.95, "lr": 3e-4}  # PPO's own keys would be an error here
+    cfg = from_dict(apply_overrides(data, [
+        f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+        "start_method=fork", "stop.eval_return=null", "stop.max_env_steps=2048", "executors=2",
+        "envs_per_executor=2", "rollout.steps=128"]))
     s = mlxe.train(cfg).summary
     # 4 iterations of 2 x 2 x 128 steps, one full-batch update each
     assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == 2048 and s["updates"] == 4
@@ -163,7 +171,7 @@ def test_halfcheetah_trains_an_iteration_and_checkpoints_its_filters(tmp_path):
     pytest.importorskip("mujoco")
     cfg = load_config("configs/halfcheetah_ppo.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
-        "stop.max_env_steps=512", "stop.eval_return=null", "ppo.epochs=1",
+        "stop.max_env_steps=512", "stop.eval_return=null", "algo.epochs=1",
     ])
     result = mlxe.train(cfg)
     assert result.summary["env_steps"] == 512 and result.summary["updates"] == 512 // 64

@@ -30,7 +30,7 @@ def ppo_config(tmp_path, *overrides: str):
     quiet = [f"run.dir={tmp_path / 'runs'}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "start_method=fork"]
     pinned = ["arch=istb", "executors=2", "envs_per_executor=4", "rollout.steps=32", "algo.batch_size=64",
-              "ppo.epochs=2", "stop.eval_return=null", "stop.goal_episode_length=null", "stop.max_env_steps=1024"]
+              "algo.epochs=2", "stop.eval_return=null", "stop.goal_episode_length=null", "stop.max_env_steps=1024"]
     return load_config("configs/cartpole_ppo.yaml", [*quiet, *pinned, *overrides])
 
 

@@ -1,8 +1,9 @@
-"""The vectorized greedy evaluation of the on-policy algorithms."""
+"""The vectorized greedy evaluation of a Policy."""
 
 import numpy as np
 import torch
 
+from mlxe.algos.a2c import ActorCriticPolicy
 from mlxe.config import load_config
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import build_torch, flat_weights
@@ -10,20 +11,22 @@ from mlxe.runtime.architectures.common import problem_spec
 from mlxe.runtime.evaluation import evaluate_vectorized
 
 
-def always_right(spec) -> np.ndarray:
-    """Weights of a policy whose greedy action is 1 (push right) in every state."""
+def always_right(spec) -> ActorCriticPolicy:
+    """A policy whose greedy action is 1 (push right) in every state."""
     model = build_torch(spec)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
         model.policy[-1].bias[1] = 1.0
-    return flat_weights(model)
+    policy = ActorCriticPolicy(spec, seed=0)
+    policy.load(flat_weights(model))
+    return policy
 
 
 def test_each_environment_contributes_its_first_episode_only():
     cfg = load_config("configs/cartpole_ppo.yaml")
     spec = problem_spec(cfg)
-    result = evaluate_vectorized(cfg, spec, always_right(spec), episodes=7, seed=3)
+    result = evaluate_vectorized(cfg, always_right(spec), episodes=7, seed=3)
     # the same episodes played one by one: pushing right from each environment's start state
     env = CartPoleVec(7, cfg.env.max_episode_steps, seed=3)
     env.reset()
@@ -46,5 +49,5 @@ def test_observations_go_through_the_filter():
         seen.append(obs.copy())
         return obs * 0.0
 
-    evaluate_vectorized(cfg, spec, always_right(spec), episodes=3, seed=0, normalize_obs=normalize)
+    evaluate_vectorized(cfg, always_right(spec), episodes=3, seed=0, normalize_obs=normalize)
     assert seen and all(obs.shape == (3, 4) and np.abs(obs).sum() > 0 for obs in seen)

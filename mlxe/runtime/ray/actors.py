@@ -1,7 +1,7 @@
 """The Executors as Ray actors: the local Executors behind remote methods, weights from the object store.
 
 * :class:`ExecutorActor` (A3C): the episode :class:`~mlxe.runtime.executor.Executor`;
-* :class:`RolloutActor` (PPO, A2C, PG): the vectorized :class:`~mlxe.runtime.rollout.RolloutExecutor`.
+* :class:`RolloutActor` (every other algorithm): the vectorized :class:`~mlxe.runtime.rollout.RolloutExecutor`.
 
 The driver publishes each weight version once (``ray.put``) and hands every call the version number
 and the ObjectRef, wrapped in a list so that Ray does not fetch it eagerly: the actor fetches only
@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mlxe.runtime.executor import Episode, Executor
+from mlxe.core import Episode, Segment
+from mlxe.runtime.executor import Executor
 from mlxe.runtime.ray.server import compute_gradient
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.threads import limit_threads
@@ -36,7 +37,8 @@ class ObjectStoreWeights:
     newer than what the Executor holds.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 0) -> None:
+        self.size = size  # P, as SharedWeights.size
         self.version = 0  # newest version offered
         self._ref = None
 
@@ -44,8 +46,9 @@ class ObjectStoreWeights:
         if version > self.version:
             self.version, self._ref = version, box[0]
 
-    def read_into(self, out: np.ndarray, known_version: int) -> int:
-        """Copy the newest offered weights into ``out`` [P] if newer than ``known_version``."""
+    def read_into(self, out: np.ndarray, known_version: int, version: int | None = None) -> int:
+        """Copy the newest offered weights into ``out`` [P] if newer than ``known_version`` (``version``:
+        unused; the driver offers the version each call is for)."""
         import ray
 
         if self.version == known_version or self._ref is None:
@@ -143,23 +146,27 @@ class ExecutorActor(Actor):
 
 
 class RolloutActor(Actor):
-    """One on-policy Executor: ``rollout`` plays ``rollout.steps`` steps in each of its
-    ``envs_per_executor`` environments. ``executors`` is unused (the signature every actor has);
-    ``state`` a checkpointed :meth:`state_dict` (the local Executors' format) or None."""
+    """One segment Executor: ``rollout`` plays ``rollout.steps`` steps in each of its
+    ``envs_per_executor`` environments. ``executors``: how many act at once; ``state`` a
+    checkpointed :meth:`state_dict` (the local Executors' format) or None."""
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
+        from mlxe import algos
+        from mlxe.runtime.executor import net_spec
+        from mlxe.runtime.rollout import make_vector_env
+
         self.index = index
-        self.weights = ObjectStoreWeights()
-        self.executor = RolloutExecutor(cfg, index, self.weights, seed)
+        probe = make_vector_env(cfg, 1, 0)
+        size = algos.algorithm(cfg.algo.name).weights_size(cfg, net_spec(cfg, probe.obs_dim, probe.n_actions))
+        self.weights = ObjectStoreWeights(size)
+        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
         limit_threads(cfg.torch_threads)
         if state is not None:
             self.load_state_dict(state)
 
-    def rollout(
-        self, version: int, box: list, filters: dict | None
-    ) -> tuple[dict[str, np.ndarray], list[Episode], dict | None]:
-        """One rollout with the newest of the offered weights (``version``, [ref]) from the run-wide
-        filter statistics ``filters``: the batch [T*E], the episodes that ended, the fresh statistics."""
+    def rollout(self, version: int, box: list, filters: dict | None) -> tuple[Segment, list[Episode], dict | None]:
+        """One segment with the newest of the offered weights (``version``, [ref]) from the run-wide
+        filter statistics ``filters``: the segment, the episodes that ended, the fresh statistics."""
         self.weights.offer(version, box)
         return self.executor.rollout(filters)
 

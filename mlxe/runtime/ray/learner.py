@@ -1,14 +1,14 @@
-"""The on-policy Learner on Ray: in the driver (default), or in an actor of its own with GPUs.
+"""The Learner of a segment algorithm on Ray: in the driver (default), or in an actor of its own with GPUs.
 
-With ``ray.learner_num_gpus: g`` > 0 the Learner of PPO, A2C or PG leaves the driver for a
+With ``ray.learner_num_gpus: g`` > 0 the Algorithm (any but A3C) leaves the driver for a
 :class:`LearnerActor` that reserves g GPUs and :data:`~.backend.LEARNER_CPUS` CPU in a placement
 group of its own (:class:`LearnerSlot`, reserved before the Executors' bundles), so Ray puts it on
 a node with a GPU. Inside it is the same Learner, built with ``cfg.device``: use ``cuda`` or
 ``auto`` there (Ray sets the actor's ``CUDA_VISIBLE_DEVICES`` to its GPU, which torch then calls
 ``cuda:0``). The driver keeps the schedule, the Trainer, the filters, the evaluation and the run
 directory, and talks to the actor through :class:`RemoteLearner`, which answers what the schedule
-asks of a Learner with one round trip per iteration: the batch goes there, and the losses, the
-update count, the learning rate and the new weights [P] come back together.
+asks of an Algorithm with one round trip per iteration: the iteration's segments go there, and the
+metrics, the update count and the new weights [P] come back together.
 
 A learner actor that cannot be placed within ``ray.connect_timeout`` is a ConfigError naming
 ``ray.learner_num_gpus``. One that dies is not replaced (its model and optimizer state would be
@@ -25,7 +25,8 @@ import numpy as np
 
 from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.architectures.on_policy import LearnerFactory
+from mlxe.core import Segment
+from mlxe.runtime.schedule import LearnerFactory
 from mlxe.runtime.ray.actors import Actor
 from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
 from mlxe.runtime.ray.pool import writable
@@ -33,19 +34,19 @@ from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
 
-# What the learner actor reports after each change: (updates, lr, weights [P] float32).
-Snapshot = tuple[int, float, np.ndarray]
+# What the learner actor reports after each change: (updates, weights [P] float32).
+Snapshot = tuple[int, np.ndarray]
 
 
 class LearnerActor(Actor):
-    """``cfg.algo.name``'s on-policy Learner behind remote methods (a plain class: :class:`LearnerSlot`
+    """``cfg.algo.name``'s Algorithm behind remote methods (a plain class: :class:`LearnerSlot`
     makes it a Ray actor with the run's resource request)."""
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        from mlxe.algos import on_policy
+        from mlxe.algos import algorithm
 
         limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
-        self.learner = on_policy(cfg.algo.name).Learner(cfg, spec, seed)
+        self.learner = algorithm(cfg.algo.name)(cfg, spec, seed)
 
     def describe(self) -> dict:
         """Where this actor runs, its torch device and the GPUs Ray assigned it."""
@@ -54,12 +55,15 @@ class LearnerActor(Actor):
         return {**super().describe(), "device": str(self.learner.device), "gpu_ids": list(ray.get_gpu_ids())}
 
     def snapshot(self) -> Snapshot:
-        return self.learner.updates, self.learner.lr, self.learner.weights()
+        return self.learner.updates, self.learner.weights()
 
-    def update(self, batch: dict[str, np.ndarray], progress: float) -> tuple[Any, int, float, np.ndarray]:
-        """The Learner's update on ``batch`` (fields [N, ...]) at ``progress`` in [0, 1]: (info, *snapshot)."""
-        info = self.learner.update(writable(batch), progress)  # writable: torch wants to own what it wraps
-        return (info, *self.snapshot())
+    def update(self, segments: list[Segment], progress: float) -> tuple[dict[str, float], int, np.ndarray]:
+        """Observe ``segments``, then update at ``progress`` in [0, 1]: (metrics, *snapshot)."""
+        for segment in segments:
+            segment.steps = writable(segment.steps)  # torch wants to own what it wraps
+            self.learner.observe(segment)
+        metrics = self.learner.update(progress)
+        return (metrics, *self.snapshot())
 
     def state_dict(self) -> dict:
         return self.learner.state_dict()
@@ -70,18 +74,24 @@ class LearnerActor(Actor):
 
 
 class RemoteLearner:
-    """Driver-side stand-in for the Learner in ``actor``: ``update``, ``weights``, ``updates``,
-    ``lr``, ``state_dict``, ``load_state_dict``. The update count, learning rate and weights are
-    cached from the actor's last reply, so only ``update`` and the checkpoint calls travel."""
+    """Driver-side stand-in for the Algorithm in ``actor``: ``observe``, ``update``, ``weights``,
+    ``updates``, ``state_dict``, ``load_state_dict``. Segments are held until ``update``, and the
+    update count and weights are cached from the actor's last reply, so one call travels per
+    iteration (and the checkpoint calls)."""
 
     def __init__(self, actor) -> None:
         self.actor = actor
         self.where: dict = self._call("describe")  # waits for the actor to be built
-        self.updates, self.lr, self._weights = self._call("snapshot")
+        self.updates, self._weights = self._call("snapshot")
+        self._observed: list[Segment] = []
 
-    def update(self, batch: dict[str, np.ndarray], progress: float) -> Any:
-        info, self.updates, self.lr, self._weights = self._call("update", batch, progress)
-        return info
+    def observe(self, segment: Segment) -> None:
+        self._observed.append(segment)
+
+    def update(self, progress: float) -> dict[str, float]:
+        segments, self._observed = self._observed, []
+        metrics, self.updates, self._weights = self._call("update", segments, progress)
+        return metrics
 
     def weights(self) -> np.ndarray:
         """The weights [P] float32 after the last update (read-only: a view of the object store)."""
@@ -91,7 +101,7 @@ class RemoteLearner:
         return writable(self._call("state_dict"))
 
     def load_state_dict(self, state: dict) -> None:
-        self.updates, self.lr, self._weights = self._call("load_state_dict", state)
+        self.updates, self._weights = self._call("load_state_dict", state)
 
     def _call(self, method: str, *args) -> Any:
         import ray
@@ -157,15 +167,15 @@ class LearnerSlot:
 
 
 def in_driver(stats: RunStats) -> LearnerFactory:
-    """The Learner factory of a run without a learner actor: ``cfg.algo.name``'s Learner in this
+    """The Learner factory of a run without a learner actor: ``cfg.algo.name``'s Algorithm in this
     (the driver's) process, its whereabouts recorded in ``stats``."""
 
     def make(cfg: Config, spec: NetSpec, seed: int):
         import ray
 
-        from mlxe.algos import on_policy
+        from mlxe.algos import algorithm
 
-        learner = on_policy(cfg.algo.name).Learner(cfg, spec, seed)
+        learner = algorithm(cfg.algo.name)(cfg, spec, seed)
         stats.learner = {
             "actor": False,
             "name": "",

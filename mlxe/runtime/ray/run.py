@@ -1,13 +1,14 @@
 """``backend: ray``: connect, place the Executor actors, run the schedule.
 
 The three boundaries hold as on the local backend: the algorithm (:mod:`mlxe.algos.a3c`, the
-Learner, the Memorizer; the on-policy Learners) is the same code; each A3C ``ray.mode`` is a
-schedule in its own module (:mod:`.sync`, :mod:`.experience`, :mod:`.gradients`), and the on-policy
-family runs the local IS / OA schedule itself (:mod:`.on_policy`); the transport is Ray (actors for
+Learner, the Memorizer; every other algorithm's :class:`~mlxe.core.Algorithm`) is the same code;
+each A3C ``ray.mode`` is a schedule in its own module (:mod:`.sync`, :mod:`.experience`,
+:mod:`.gradients`), and the segment algorithms run the local IS / OA schedule itself
+(:mod:`.rollouts`); the transport is Ray (actors for
 the Executors, the object store for the weights). :func:`ray_run` is the set-up every schedule
 shares. The driver process, where ``mlxe train`` runs, keeps the Learner (or the parameter server),
 the Trainer and the run directory, so checkpoints and ``--resume`` work exactly as locally; with
-``ray.learner_num_gpus`` > 0 the on-policy Learner runs in an actor of its own (:mod:`.learner`).
+``ray.learner_num_gpus`` > 0 a segment algorithm's Learner runs in an actor of its own (:mod:`.learner`).
 
 Weights travel once per version: :class:`Publisher` puts each version into the object store and
 every call to an Executor carries the version number and the ObjectRef (never the array); an actor
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlxe.config import ON_POLICY, Config
+from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.common import Seeds, evaluate_weights, problem_spec
 from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
@@ -127,14 +128,14 @@ class RayRun:
 
 def run_ray(cfg: Config, trainer: Trainer, actor_class: type | None = None) -> str:
     """Train on Ray until a stop condition; returns the stop reason. ``actor_class``: the Executor
-    actor (default: :class:`ExecutorActor` for A3C, :class:`RolloutActor` for the on-policy family;
+    actor (default: :class:`ExecutorActor` for A3C, :class:`RolloutActor` for the segment algorithms;
     tests use slow subclasses)."""
-    on_policy = cfg.algo.name in ON_POLICY
-    with ray_run(cfg, trainer, actor_class or (RolloutActor if on_policy else ExecutorActor)) as run:
-        if on_policy:
-            from mlxe.runtime.ray.on_policy import run_on_policy_ray
+    segments = cfg.algo.runtime == "segments"
+    with ray_run(cfg, trainer, actor_class or (RolloutActor if segments else ExecutorActor)) as run:
+        if segments:
+            from mlxe.runtime.ray.rollouts import run_segments_ray
 
-            return run_on_policy_ray(run)
+            return run_segments_ray(run)
         return _schedule(cfg.ray.mode)(run)
 
 
@@ -153,7 +154,7 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
         trainer.cfg = cfg  # the summary reports the resolved count
         spec = problem_spec(cfg)
         seeds = Seeds.derive(cfg.seed, n)
-        mode = f"on-policy {cfg.arch}" if cfg.algo.name in ON_POLICY else cfg.ray.mode
+        mode = f"segments {cfg.arch}" if cfg.algo.runtime == "segments" else cfg.ray.mode
         stats = RunStats(trainer.run_dir, mode, where, n, cfg.ray.status_every)
         restored = trainer.restored or {}
         states = restored.get("executors")

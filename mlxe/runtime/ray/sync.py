@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from mlxe.runtime.executor import Episode
+from mlxe.core import Episode
 from mlxe.runtime.ray.run import POLL_S, RayRun, adopt_into_learner
 
 

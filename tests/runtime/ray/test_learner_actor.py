@@ -108,7 +108,7 @@ def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes(config, tmp_pat
     trained = load_checkpoint(run_dir)["trainer"]["iteration"]
     assert 2 <= trained < 16
     more = mlxe.train(overrides=[f"stop.max_env_steps={18 * per}"], resume=run_dir)
-    updates = cfg.ppo.epochs * (per // cfg.algo.batch_size)
+    updates = cfg.algo.epochs * (per // cfg.algo.batch_size)
     assert more.summary["stop_reason"] == "max_env_steps" and more.summary["env_steps"] == 18 * per
     assert more.summary["iterations"] == 18 and more.summary["updates"] == 18 * updates
     assert load_checkpoint(run_dir)["learner"]["updates"] == 18 * updates

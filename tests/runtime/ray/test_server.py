@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mlxe.algos.a3c import A3CLearner
-from mlxe.config import AlgoConfig
+from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.ray.server import (
     AverageCombiner,
@@ -59,10 +59,10 @@ def test_fifo_applies_everything():
 
 def test_server_update_equals_the_learners_own_update():
     rng = np.random.default_rng(0)
-    learner = A3CLearner(AlgoConfig(lr=1e-2), SPEC, seed=1)
-    worker = A3CLearner(AlgoConfig(lr=1e-2), SPEC, seed=2)  # another model: only its loss is used
+    learner = A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=1)
+    worker = A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=2)  # another model: only its loss is used
     history = WeightHistory(4)
-    server = ParameterServer(A3CLearner(AlgoConfig(lr=1e-2), SPEC, seed=1), FifoCombiner(), history)
+    server = ParameterServer(A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=1), FifoCombiner(), history)
     w0 = server.weights().copy()
     for _ in range(3):
         b = batch(rng)
@@ -81,7 +81,7 @@ def test_server_update_equals_the_learners_own_update():
 
 
 def test_first_update_is_a_plain_gradient_step():
-    server = ParameterServer(A3CLearner(AlgoConfig(lr=0.1), SPEC, seed=0), FifoCombiner(), WeightHistory(2))
+    server = ParameterServer(A3CLearner(A3CConfig(lr=0.1), SPEC, seed=0), FifoCombiner(), WeightHistory(2))
     w0 = server.weights().copy()
     g = np.linspace(-1, 1, len(w0)).astype(np.float32)
     server.apply(g)
@@ -91,7 +91,7 @@ def test_first_update_is_a_plain_gradient_step():
 @pytest.mark.parametrize("lam", [0.0, 0.05])
 def test_dc_server_corrects_a_stale_gradient(lam):
     history = WeightHistory(20)
-    server = ParameterServer(A3CLearner(AlgoConfig(lr=0.1), SPEC, seed=0), DelayCompensatedCombiner(lam, history), history)
+    server = ParameterServer(A3CLearner(A3CConfig(lr=0.1), SPEC, seed=0), DelayCompensatedCombiner(lam, history), history)
     g = np.full(len(server.weights()), 0.5, np.float32)
     server.submit(g, 1)
     w2 = server.weights().copy()

@@ -27,7 +27,7 @@ def per_iteration(cfg) -> int:
 def ppo_updates(cfg) -> int:
     """PPO's updates per iteration: K epochs of minibatches of algo.batch_size."""
     n = per_iteration(cfg)
-    return cfg.ppo.epochs * (n // min(cfg.algo.batch_size or n, n))
+    return cfg.algo.epochs * (n // min(cfg.algo.batch_size or n, n))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -68,7 +68,7 @@ def test_oa_hears_both_executors_and_writes_the_status(config):
     s, st = result.summary, status(result.run_dir)
     assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == budget and s["iterations"] == 6
     assert s["updates"] == 6 * ppo_updates(cfg)
-    assert st["state"] == "finished" and st["mode"] == "on-policy oa" and st["env_steps"] == budget
+    assert st["state"] == "finished" and st["mode"] == "segments oa" and st["env_steps"] == budget
     assert [e["state"] for e in st["executors"]] == ["done", "done"]
     assert all(e["last_heard"] > 0 and e["pid"] > 0 for e in st["executors"])
     assert sum(e["episodes"] for e in st["executors"]) == s["episodes"]
@@ -96,12 +96,12 @@ def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(config):
         mlxe.train(cfg)
 
 
-def test_resume_continues_an_on_policy_ray_run(config):
+def test_resume_continues_a_segment_run_on_ray(config):
     per = per_iteration(config("ppo"))
     cfg = config("ppo", "backend=ray", "arch=oa", f"stop.max_env_steps={4 * per}")
     first = mlxe.train(cfg)
     before = load_checkpoint(first.run_dir)
-    assert [set(s) for s in before["executors"]] == [{"rng"}, {"rng"}]
+    assert [set(s["policy"]) for s in before["executors"]] == [{"rng"}, {"rng"}]
     more = mlxe.train(overrides=[f"stop.max_env_steps={8 * per}"], resume=first.run_dir)
     assert more.summary["env_steps"] == 8 * per and more.summary["updates"] == 8 * ppo_updates(cfg)
     metrics = read_csv(first.run_dir / "metrics.csv")
@@ -132,8 +132,13 @@ def test_a2c_and_pg_train_on_ray(config, algo):
         (["algo.name=a3c", "arch=oa"], r"arch: 'oa' is not allowed with backend 'ray' and algo\.name 'a3c'"),
     ],
 )
-def test_config_rules_of_the_on_policy_family_on_ray(overrides, match):
+def test_config_rules_of_the_segment_algorithms_on_ray(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", *overrides])
     for arch in ("is", "oa"):
         assert load_config("configs/cartpole_pg.yaml", ["backend=ray", f"arch={arch}"]).arch == arch
+
+
+def test_a3c_on_ray_keeps_arch_is():
+    with pytest.raises(ConfigError, match=r"arch: 'oa' is not allowed with backend 'ray' and algo\.name 'a3c'"):
+        load_config("configs/cartpole_a3c.yaml", ["backend=ray", "arch=oa"])

@@ -16,10 +16,10 @@ def test_oa_checkpoints_with_rollouts_in_flight_and_resumes(tmp_path):
     first = mlxe.train(cfg)
     s = first.summary
     # the rollouts in flight at a checkpoint are trained next, none is lost: 16 iterations of 2 x 4 x 32 steps
-    assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == 4096 and s["updates"] == 16 * cfg.ppo.epochs
+    assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == 4096 and s["updates"] == 16 * cfg.algo.epochs
     more = mlxe.train(overrides=["stop.max_env_steps=6144"], resume=first.run_dir)
     assert more.summary["env_steps"] == 6144
-    assert load_checkpoint(first.run_dir)["learner"]["updates"] == 24 * cfg.ppo.epochs
+    assert load_checkpoint(first.run_dir)["learner"]["updates"] == 24 * cfg.algo.epochs
 
 
 def test_oa_ppo_solves_cartpole(tmp_path):

@@ -1,6 +1,6 @@
-"""The on-policy family (PPO, A2C, PG) on Ray: the local IS / OA schedule, rollouts from actors.
+"""The segment algorithms (all but A3C) on Ray: the local IS / OA schedule, segments from actors.
 
-The schedule is :func:`~mlxe.runtime.architectures.on_policy.train_on_policy` itself, so ``arch:
+The schedule is :func:`~mlxe.runtime.schedule.train` itself, so ``arch:
 is`` (every rollout played by the newest weights, taken in executor order: a seed replays the local
 run) and ``arch: oa`` (the next rollout asked as soon as one arrives) mean exactly what they mean
 locally. Only the transport differs, :class:`RayRollouts`: a
@@ -22,13 +22,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlxe.runtime.architectures.on_policy import Rollout, train_on_policy
+from mlxe.runtime.schedule import Rollout, train
 from mlxe.runtime.ray.learner import in_driver
 from mlxe.runtime.ray.run import RayRun
 
 
 class RayRollouts:
-    """The on-policy schedule's transport over the actors and the object store of ``run``."""
+    """The schedule's transport over the actors and the object store of ``run``."""
 
     def __init__(self, run: RayRun) -> None:
         self.run = run
@@ -73,7 +73,7 @@ class RayRollouts:
         self.run.close_iteration(updates, info, evaluate, roles)
 
 
-def run_on_policy_ray(run: RayRun) -> str:
+def run_segments_ray(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
     learner = run.learner_slot.start if run.learner_slot is not None else in_driver(run.stats)
-    return train_on_policy(run.cfg, run.trainer, run.spec, run.seeds, RayRollouts(run), run.cfg.arch == "oa", learner)
+    return train(run.cfg, run.trainer, run.spec, run.seeds, RayRollouts(run), run.cfg.arch == "oa", learner)

@@ -1,22 +1,24 @@
-"""The schedules of the on-policy algorithms: IS (processes), ISTB (threads) and OA (processes).
+"""The one schedule of the segment runtime: IS (processes), ISTB (threads) and OA (processes).
 
-Each iteration every Executor plays ``rollout.steps`` steps in each of its environments; the
-coordinating process (the Learner) concatenates the N x E x T batch, runs its epochs of updates and
-publishes the new weights.
+Each iteration every Executor plays a segment of ``rollout.steps`` steps in each of its
+environments with its algorithm's Policy; the coordinating process hands the segments to the
+Algorithm (``observe``, in executor order), lets it learn (``update``) and publishes its new weights.
+What a segment becomes (an on-policy batch, rows of a replay) and how many gradient steps an
+iteration makes are the algorithm's business; the schedule sees neither a loss nor an optimizer.
 
-* IS / ISTB (synchronous): an Executor starts its next rollout once the new weights are published,
-  so every rollout is played by the newest policy (PPO's ratio is exactly 1 on the first minibatch).
-* OA (online-asynchronous): an Executor is told to play its next rollout as soon as its last one
-  has arrived, so acting runs beside learning. Each rollout is then played by the weights of one
-  version before the ones it trains, which the algorithms' ratios to the behaviour policy's stored
-  log-probabilities account for (PPO's clipped surrogate, as in APPO). A next rollout that is in
+* IS / ISTB (synchronous): an Executor starts its next segment once the new weights are published,
+  so every segment is played by the newest policy (PPO's ratio is exactly 1 on the first minibatch).
+* OA (online-asynchronous): an Executor is told to play its next segment as soon as its last one
+  has arrived, so acting runs beside learning. Each segment is then played by the weights of one
+  version before the ones it trains, which off-policy algorithms do not mind and PPO's ratio to the
+  behaviour policy's stored log-probabilities accounts for (as in APPO). A next segment that is in
   before another Executor's current one is kept for the next iteration, so every iteration trains
-  one rollout of each Executor and a seed replays the same run here too.
+  one segment of each Executor and a seed replays the same run here too.
 
-The schedule (:func:`train_on_policy`) is written once against a small transport,
-:class:`Rollouts`: :class:`LocalRollouts` (shared memory and a process or thread pool, here) or
-:class:`~mlxe.runtime.ray.on_policy.RayRollouts` (Ray actors and the object store, ``backend: ray``).
-The Learner is built by a factory the caller may pass: in this process by default, or
+The schedule (:func:`train`) is written once against a small transport, :class:`Rollouts`:
+:class:`LocalRollouts` (shared memory and a process or thread pool, here) or
+:class:`~mlxe.runtime.ray.rollouts.RayRollouts` (Ray actors and the object store, ``backend: ray``).
+The Algorithm is built by a factory the caller may pass: in this process by default, or
 :class:`~mlxe.runtime.ray.learner.RemoteLearner` (an actor of its own, ``ray.learner_num_gpus``).
 """
 
@@ -24,16 +26,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config
+from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.architectures.common import Seeds, context
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.executor import Episode, net_spec
+from mlxe.runtime.executor import net_spec
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
@@ -42,13 +46,13 @@ from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
 
 POLL_S = 0.2
 
-# Builds the on-policy Learner from (cfg, spec, seed): what the schedule calls update, weights, lr,
+# Builds the Algorithm from (cfg, spec, seed): what the schedule calls observe, update, weights,
 # updates, state_dict and load_state_dict on.
-LearnerFactory = Callable[[Config, NetSpec, int], Any]
+LearnerFactory = Callable[[Config, NetSpec, int], Algorithm]
 
-# What an Executor's rollout brings back: the flat training batch [T*E], the episodes that ended in
-# it, and the filter statistics of its data (None without filters).
-Rollout = tuple[dict[str, np.ndarray], list[Episode], dict | None]
+# What an Executor's request brings back: its segment, the episodes that ended in it, and the
+# filter statistics of its data (None without filters).
+Rollout = tuple[Segment, list[Episode], dict | None]
 
 
 class Rollouts(Protocol):
@@ -82,13 +86,14 @@ class LocalRollouts:
         self, cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, states: list | None, threads: bool
     ) -> None:
         self.trainer = trainer
-        self.n = cfg.num_executors()
+        self.n = n = cfg.num_executors()
+        size = algos.algorithm(cfg.algo.name).weights_size(cfg, spec)
         # two versions kept: an OA rollout is asked for with the newest, and plays with it even if the
         # Learner publishes the next one before the Executor starts (ask() tells which)
-        self.weights = SharedWeights(spec.num_params(), ctx=None if threads else context(cfg), slots=2)
+        self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
         workers = [
-            (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None))
-            for i in range(self.n)
+            (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None, n))
+            for i in range(n)
         ]
         self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
 
@@ -121,23 +126,23 @@ class LocalRollouts:
         self.pool.close()
 
 
-def run_on_policy(cfg: Config, trainer: Trainer, threads: bool, asynchronous: bool = False) -> str:
-    """Train on local processes (``threads``: threads) until a stop condition; returns the stop
-    reason (``asynchronous``: the OA schedule)."""
+def run_local(cfg: Config, trainer: Trainer) -> str:
+    """Train on local processes (ISTB: threads) until a stop condition; returns the stop reason."""
     probe = make_vector_env(cfg, 1, 0)
     spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
     seeds = Seeds.derive(cfg.seed, cfg.num_executors())
     restored = trainer.restored
     # Executors first: their processes start up while the Learner is built (its first optimizer
     # imports torch._dynamo, ~1.3 s); they read the weights only when told to play.
-    rollouts = LocalRollouts(cfg, trainer, spec, seeds, restored.get("executors") if restored else None, threads)
+    states = restored.get("executors") if restored else None
+    rollouts = LocalRollouts(cfg, trainer, spec, seeds, states, threads=cfg.arch == "istb")
     try:
-        return train_on_policy(cfg, trainer, spec, seeds, rollouts, asynchronous)
+        return train(cfg, trainer, spec, seeds, rollouts, asynchronous=cfg.arch == "oa")
     finally:
         rollouts.close()
 
 
-def train_on_policy(
+def train(
     cfg: Config,
     trainer: Trainer,
     spec: NetSpec,
@@ -147,20 +152,19 @@ def train_on_policy(
     make_learner: LearnerFactory | None = None,
 ) -> str:
     """The IS (or, ``asynchronous``, OA) schedule over ``rollouts`` until a stop condition; returns
-    the stop reason. The run-wide filters and the evaluation live in this process, and the Learner
-    ``make_learner`` builds (default: ``cfg.algo.name``'s Learner, in this process too)."""
-    from mlxe.algos import on_policy
-
+    the stop reason. The run-wide filters and the evaluation live in this process, and the Algorithm
+    ``make_learner`` builds (default: ``cfg.algo.name``'s, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
     n = rollouts.n
-    filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's rollouts
+    algorithm = algos.algorithm(cfg.algo.name)
+    filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's segments
     restored = trainer.restored
-    learner = (make_learner or on_policy(cfg.algo.name).Learner)(cfg, spec, seeds.learner)
+    learner = (make_learner or algorithm)(cfg, spec, seeds.learner)
     if restored is not None:
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})
     rollouts.publish(learner.weights())
-
+    evaluation_policy = algorithm.make_policy(cfg, spec, seeds.evaluation)
     early: dict[int, Rollout] = {}  # OA: an Executor's next rollout, in before the others' current one
 
     def gather(ask: bool = True, again: bool = False) -> list[Rollout]:
@@ -205,11 +209,17 @@ def train_on_policy(
         nonlocal in_flight, pending
         if in_flight:  # Executors answer one request at a time: take the rollouts first
             pending, in_flight = gather(ask=False), False
-        return {"learner": learner.state_dict(), "executors": rollouts.states(), "filters": filters.state_dict()}
+        return {
+            "learner": learner.state_dict(),
+            "weights": learner.weights(),  # what the policy acts with: `mlxe eval` needs nothing else
+            "executors": rollouts.states(),
+            "filters": filters.state_dict(),
+        }
 
     def evaluate() -> float:
+        evaluation_policy.load(learner.weights())
         result = evaluate_vectorized(
-            cfg, spec, learner.weights(), cfg.stop.eval_episodes, seeds.evaluation, filters.normalize_obs
+            cfg, evaluation_policy, cfg.stop.eval_episodes, seeds.evaluation, filters.normalize_obs
         )
         return result["mean_return"]
 
@@ -217,19 +227,19 @@ def train_on_policy(
     while trainer.check_stop() is None:
         t0 = time.perf_counter()
         collected = next_rollouts()
-        for _, episodes, fresh in collected:
+        for segment, episodes, fresh in collected:
             for episode in episodes:
-                trainer.on_episode(episode, count_steps=False)  # episodes span rollouts
+                trainer.on_episode(episode, count_steps=False)  # episodes span segments
             if fresh is not None:
                 filters.merge(fresh)
-        trainer.env_steps += sum(len(b["action"]) for b, _, _ in collected)
-        batch = {k: np.concatenate([b[k] for b, _, _ in collected]) for k in collected[0][0]}
+            trainer.env_steps += len(segment)
         t1 = time.perf_counter()
+        for segment, _, _ in collected:
+            learner.observe(segment)
         progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
         before = learner.updates
-        info = learner.update(batch, progress)
+        info = learner.update(progress)
         rollouts.publish(learner.weights())
-        stats = dict(vars(info), lr=learner.lr)
-        stats.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
-        rollouts.close_iteration(learner.updates - before, stats, evaluate, roles)
+        info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
+        rollouts.close_iteration(learner.updates - before, info, evaluate, roles)
     return trainer.finish(roles)

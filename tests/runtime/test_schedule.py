@@ -30,15 +30,20 @@ def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
 
     cfg = ppo_config(tmp_path, "env.max_episode_steps=5", "envs_per_executor=3", "rollout.steps=12")
     ex = executor(cfg)
-    raw, episodes = ex.collect()
-    t, e = next((t, e) for t, e in np.argwhere(raw["truncated"]) if t < len(raw["truncated"]) - 1)
+    segment, episodes = ex.collect()
+    steps = segment.steps
+    t, e = next((t, e) for t, e in np.argwhere(steps["truncated"]) if t < len(steps["truncated"]) - 1)
     physics = CartPoleVec(1, max_episode_steps=10**6)  # step the stored state with the stored action
-    physics.state[:] = raw["obs"][t, e]
-    final_obs = physics.step(raw["action"][t, e][None])[4]
-    assert raw["next_value"][t, e] == pytest.approx(ex.actor.value(final_obs)[0], rel=1e-5)
-    assert raw["next_value"][t, e] != pytest.approx(raw["value"][t + 1, e])  # not the next episode's start
-    ok = ~(raw["terminated"] | raw["truncated"])[:-1]
-    np.testing.assert_array_equal(raw["next_value"][:-1][ok], raw["value"][1:][ok])
+    physics.state[:] = steps["obs"][t, e]
+    final_obs = physics.step(steps["action"][t, e][None])[4]
+    k = np.flatnonzero((segment.final_t == t) & (segment.final_env == e))[0]
+    np.testing.assert_allclose(segment.final_obs[k], final_obs[0], rtol=1e-6)
+    nxt = segment.next_observations()
+    np.testing.assert_allclose(nxt[t, e], final_obs[0], rtol=1e-6)  # not the next episode's start
+    assert not np.allclose(nxt[t, e], steps["obs"][t + 1, e])
+    ok = ~(steps["terminated"] | steps["truncated"])[:-1]
+    np.testing.assert_array_equal(nxt[:-1][ok], steps["obs"][1:][ok])
+    np.testing.assert_array_equal(nxt[-1], segment.next_obs)
     assert any(not ep.failed and ep.length == 5 for ep in episodes)
 
 
@@ -56,7 +61,7 @@ def test_ppo_trains_and_resumes(tmp_path, arch):
     cfg = ppo_config(tmp_path, f"arch={arch}", "stop.eval_return=null", "stop.max_env_steps=2048")
     first = mlxe.train(cfg)
     assert first.summary["stop_reason"] == "max_env_steps" and first.summary["env_steps"] == 2048
-    epochs = cfg.ppo.epochs
+    epochs = cfg.algo.epochs
     assert first.summary["updates"] == 8 * epochs  # 8 iterations x K epochs x 1 minibatch of 256
     more = mlxe.train(overrides=["stop.max_env_steps=4096"], resume=first.run_dir)
     assert more.summary["env_steps"] == 4096 and more.summary["updates"] == 16 * epochs
@@ -103,12 +108,12 @@ def test_gymnasium_vector_env_keeps_final_observations(tmp_path):
 def test_filters_normalize_what_the_policy_sees_and_their_statistics_are_run_wide(tmp_path):
     cfg = ppo_config(tmp_path, "filters.obs=true", "filters.reward=true", "envs_per_executor=3", "rollout.steps=8")
     ex = executor(cfg)
-    batch, _, fresh = ex.rollout()
+    segment, _, fresh = ex.rollout()
     assert fresh["obs"]["count"] == 24 and fresh["ret"]["count"] == 24  # this rollout's data only
-    assert np.abs(batch["obs"]).max() <= cfg.filters.clip
-    raw, _ = ex.collect(filters=fresh)  # a rollout that starts from given run-wide statistics
+    assert np.abs(segment.steps["obs"]).max() <= cfg.filters.clip
+    segment, _ = ex.collect(filters=fresh)  # a rollout that starts from given run-wide statistics
     assert ex.filters.obs.count == 24 + 24 and ex.fresh.obs.count == 24
-    assert not np.allclose(raw["reward"], 1.0)  # CartPole's rewards of 1, scaled
+    assert not np.allclose(segment.steps["reward"], 1.0)  # CartPole's rewards of 1, scaled
 
 
 def test_filter_statistics_are_checkpointed_merged_and_used_in_evaluation(tmp_path):

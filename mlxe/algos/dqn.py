@@ -1,0 +1,354 @@
+"""DQN (Mnih et al., 2015) with the usual improvements: double Q-learning, dueling heads, n-step
+returns, prioritized replay, a target network updated by period or Polyak averaging.
+
+Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
+
+* Acting (Executors, NumPy): Q(s, .) for all E environments in one forward pass of the MLP;
+  epsilon-greedy (a uniform action with probability eps, else argmax Q) or the MLxE study's
+  reversed epsilon-greedy (argmax Q with probability eps, else a sample of softmax(Q)). eps goes
+  linearly from ``epsilon_start`` to ``epsilon_end`` over the run's first ``exploration_steps``
+  env steps (each Executor counts its own steps times the number of Executors).
+* Targets (Learner, as segments arrive): n-step returns G = r_t + ... + gamma^(m-1) r_{t+m-1}
+  within the episode, m <= n, computed over each Executor's consecutive segments (a start whose n
+  steps run past a segment waits for the next one), inserted into the replay with s_{t+m} and the
+  bootstrap discount gamma^m (0 after a terminal step; a truncated episode bootstraps).
+* Loss: Huber(Q(s, a) - y) with y = G + discount * Q_target(s', a*), a* = argmax_a Q(s', a)
+  (double) or argmax_a Q_target(s', a); weighted by importance weights with prioritized replay.
+* Update: ``updates_per_step`` gradient steps (Adam) per env step observed, once
+  ``learning_starts`` env steps are in, whatever the number of Executors (the update-to-data
+  ratio); every ``target_period`` steps target <- tau online + (1 - tau) target.
+
+Dueling: the actor-critic MLP's policy head is the advantage stream A(s, .) and its value head
+V(s): Q = V + A - mean_a A. Without it Q is the policy head's output (the value head is unused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mlxe.algos.a2c import sample_categorical
+from mlxe.algos.device import resolve_device, to_cpu
+from mlxe.algos.returns import nstep_window
+from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.memory.proportional import ProportionalPriorities
+from mlxe.memory.replay import ReplayMemory
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
+
+
+@dataclass
+class Config(AlgoConfig):
+    """``algo:`` of DQN."""
+
+    name: str = "dqn"
+    lr: float = 1e-4
+    max_grad_norm: float | None = 10.0
+    batch_size: int = 64
+    buffer_size: int = 100_000  # replay rows (transitions)
+    learning_starts: int = 1_000  # env steps observed before the first update
+    updates_per_step: float = 0.25  # gradient steps per env step (SB3's gradient_steps / train_freq)
+    n_step: int = 1
+    double: bool = True
+    dueling: bool = True
+    target_period: int = 1_000  # gradient steps between target updates
+    tau: float = 1.0  # target <- tau online + (1 - tau) target (1: a copy; < 1 with period 1: Polyak)
+    exploration: Literal["epsilon_greedy", "reversed_epsilon_greedy"] = "epsilon_greedy"
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_steps: int = 10_000  # run-wide env steps of the linear epsilon schedule
+    prioritized: bool = False  # proportional prioritized replay
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4  # importance-weight exponent, annealed linearly to 1 over the step budget
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        for key in ("batch_size", "buffer_size", "updates_per_step", "n_step", "target_period", "exploration_steps"):
+            check_positive(f"algo.{key}", getattr(self, key))
+        if self.learning_starts < 0:
+            raise ConfigError(f"algo.learning_starts: {self.learning_starts!r} is not allowed; expected >= 0")
+        for key in ("tau", "epsilon_start", "epsilon_end", "priority_alpha", "priority_beta"):
+            value = getattr(self, key)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"algo.{key}: {value!r} is not allowed; expected a value in [0, 1]")
+        if self.tau == 0.0:
+            raise ConfigError("algo.tau: 0.0 is not allowed; the target would never move (expected (0, 1])")
+        if cfg.model.noisy_policy:
+            raise ConfigError("model.noisy_policy: not supported with algo.name 'dqn' (exploration is epsilon-greedy)")
+
+
+def epsilon(algo: Config, env_steps: float) -> float:
+    """The exploration rate after ``env_steps`` run-wide env steps (linear, then constant)."""
+    fraction = min(1.0, env_steps / algo.exploration_steps)
+    return algo.epsilon_start + fraction * (algo.epsilon_end - algo.epsilon_start)
+
+
+def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Q [B, A] = V [B] + A [B, A] - mean_a A."""
+    return value[:, None] + advantage - advantage.mean(axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- acting
+
+
+class QPolicy:
+    """Epsilon-greedy (or reversed epsilon-greedy) on Q(s, .) of the MLP in NumPy; feed-forward."""
+
+    def __init__(self, spec: NetSpec, algo: Config, seed: int, executors: int = 1) -> None:
+        if spec.continuous:
+            raise ConfigError(
+                "algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg"
+            )
+        self.weights = np.zeros(spec.num_params(), np.float32)
+        self.net = NumpyActorCritic(spec, self.weights)
+        self.algo, self.executors = algo, executors
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0  # this Executor's env steps (all of its environments)
+
+    def initial_state(self, n_envs: int) -> State:
+        return None
+
+    def load(self, weights: np.ndarray) -> None:
+        np.copyto(self.weights, weights)
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q(obs, .) [B, A] float32."""
+        head, value = self.net(obs)
+        return dueling_numpy(head, value) if self.algo.dueling else head
+
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+        """``obs`` [E, d] -> (actions [E] int64, {}, None)."""
+        q = self.q_values(obs)
+        best = np.argmax(q, axis=1)
+        if greedy:
+            return best, {}, None
+        eps = epsilon(self.algo, self.steps * self.executors)
+        self.steps += len(obs)
+        explore = self.rng.random(len(obs)) < eps
+        if self.algo.exploration == "epsilon_greedy":
+            other = self.rng.integers(q.shape[1], size=len(obs))
+            return np.where(explore, other, best), {}, None
+        sampled, _ = sample_categorical(q, self.rng)  # reversed: greedy while eps is high, softmax(Q) later
+        return np.where(explore, best, sampled), {}, None
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.steps = int(state["steps"])
+
+
+# --------------------------------------------------------------------------- targets
+
+WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
+
+
+def replay_layout(obs_dim: int) -> dict[str, tuple[tuple[int, ...], type]]:
+    """One stored transition: s_t, a_t, the n-step return G, s_{t+m} and its bootstrap discount."""
+    return {
+        "obs": ((obs_dim,), np.float32),
+        "action": ((), np.int64),
+        "ret": ((), np.float32),
+        "next_obs": ((obs_dim,), np.float32),
+        "discount": ((), np.float32),
+    }
+
+
+def nstep_transitions(
+    window: dict[str, np.ndarray], emitted: np.ndarray, n: int, gamma: float
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The transitions [K] of the window's starts whose n-step return is complete and not ``emitted``
+    yet (in (t, env) order), and the complete mask [L, E]."""
+    ret, last, discount, complete = nstep_window(window["reward"], window["terminated"], window["truncated"], n, gamma)
+    t, e = np.nonzero(complete & ~emitted)
+    transitions = {
+        "obs": window["obs"][t, e],
+        "action": window["action"][t, e],
+        "ret": ret[t, e],
+        "next_obs": window["next_obs"][last[t, e], e],
+        "discount": discount[t, e],
+    }
+    return transitions, complete
+
+
+# --------------------------------------------------------------------------- learner
+
+
+class DQN(Algorithm):
+    """Online and target Q-networks, a replay, and the gradient steps that keep the update-to-data ratio."""
+
+    Config = Config
+
+    @classmethod
+    def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
+        return {}
+
+    @classmethod
+    def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1) -> QPolicy:
+        return QPolicy(spec, cfg.algo, seed, executors)
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        import torch
+
+        from mlxe.models.actor_critic import build_torch
+
+        super().__init__(cfg, spec, seed)
+        if spec.continuous:
+            raise ConfigError("algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+        torch.manual_seed(seed)
+        self.algo: Config = cfg.algo
+        self.device = resolve_device(cfg.device)
+        self.main = build_torch(spec).to(self.device)  # the online network
+        self.target = build_torch(spec).to(self.device)
+        self.target.load_state_dict(self.main.state_dict())
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True)
+        self.replay = ReplayMemory(self.algo.buffer_size, replay_layout(spec.obs_dim))
+        self.priorities = (
+            ProportionalPriorities(self.algo.buffer_size, self.algo.priority_alpha) if self.algo.prioritized else None
+        )
+        self.rng = np.random.default_rng(seed)
+        self.tails: dict[int, dict[str, np.ndarray]] = {}  # per Executor: steps whose n-step return waits
+        self.env_steps = 0  # observed
+        self.owed = 0.0  # gradient steps due (fractional) by the update-to-data ratio
+
+    # -- targets ------------------------------------------------------------------------------------
+    def observe(self, segment: Segment) -> None:
+        """n-step transitions of the segment (continuing the Executor's previous one) into the replay."""
+        s = segment.steps
+        window = {k: s[k] for k in WINDOW[:-1]}
+        window["next_obs"] = segment.next_observations()
+        emitted = np.zeros(s["reward"].shape, bool)
+        tail = self.tails.pop(segment.executor, None)
+        if tail is not None:
+            window = {k: np.concatenate([tail[k], window[k]]) for k in WINDOW}
+            emitted = np.concatenate([tail["emitted"], emitted])
+        transitions, complete = nstep_transitions(window, emitted, self.algo.n_step, self.algo.gamma)
+        if len(transitions["action"]):
+            rows = self.replay.add(transitions)
+            if self.priorities is not None:
+                self.priorities.on_add(rows)
+        waiting = np.flatnonzero((~complete).any(axis=1))
+        if len(waiting):  # from the first step still waiting on, with what was emitted of it
+            first = waiting[0]
+            self.tails[segment.executor] = {k: window[k][first:] for k in WINDOW} | {"emitted": complete[first:]}
+        before, self.env_steps = self.env_steps, self.env_steps + len(segment)
+        learning = self.env_steps - max(before, self.algo.learning_starts)  # of these steps, after learning_starts
+        self.owed += max(0, learning) * self.algo.updates_per_step
+
+    # -- loss -------------------------------------------------------------------------------------
+    def q_values(self, model, obs):
+        """Q(obs, .) [B, A] of ``model`` (online or target), as tensors."""
+        head, value = model(obs)
+        return value[:, None] + head - head.mean(dim=1, keepdim=True) if self.algo.dueling else head
+
+    def loss(self, batch: dict):
+        """Huber loss of Q(s, a) against the (double) n-step target, weighted by ``weight`` if given;
+        returns (loss, TD errors [B], mean Q(s, a))."""
+        import torch
+        import torch.nn.functional as F
+
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        if self.algo.double:  # one forward pass for Q(s) and the online network's Q(s') (less per-call overhead)
+            q_both = self.q_values(self.main, torch.cat([obs, next_obs]))
+            q, q_next_online = q_both[: len(obs)], q_both[len(obs) :].detach()
+        else:
+            q = self.q_values(self.main, obs)
+        q = q.gather(1, batch["action"][:, None]).squeeze(1)
+        with torch.no_grad():
+            q_next = self.q_values(self.target, next_obs)
+            # double: the online network picks the action, the target evaluates it
+            best = (q_next_online if self.algo.double else q_next).argmax(dim=1, keepdim=True)
+            y = batch["ret"] + batch["discount"] * q_next.gather(1, best).squeeze(1)
+        td = y - q
+        per_sample = F.smooth_l1_loss(q, y, reduction="none")
+        if "weight" in batch:
+            per_sample = per_sample * batch["weight"]
+        return per_sample.mean(), td.detach(), q.detach().mean()
+
+    # -- update -----------------------------------------------------------------------------------
+    def update(self, progress: float) -> dict[str, float]:
+        """The gradient steps owed by the env steps observed since the last update."""
+        import torch
+
+        steps = int(self.owed)
+        self.owed -= steps
+        if steps == 0:
+            return {}
+        stats = []
+        beta = self.algo.priority_beta + progress * (1.0 - self.algo.priority_beta)
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+        for _ in range(steps):
+            batch, rows = self.sample(beta)
+            loss, td, q = self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
+            self.optimizer.step()
+            self.updates += 1
+            if self.priorities is not None:
+                self.priorities.update(rows, td.cpu().numpy())
+            if self.updates % self.algo.target_period == 0:
+                self.update_target()
+            stats.append(torch.stack([loss.detach(), q, grad_norm]))
+        loss, q, grad_norm = torch.stack(stats).mean(0).tolist()  # one device read for the whole call
+        return {
+            "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr,
+            "epsilon": epsilon(self.algo, self.env_steps), "replay": len(self.replay),
+        }
+
+    def sample(self, beta: float) -> tuple[dict, np.ndarray]:
+        """A training batch on the device (with ``weight`` under prioritized replay), and its rows."""
+        import torch
+
+        if self.priorities is not None:
+            rows, weight = self.priorities.sample(self.algo.batch_size, len(self.replay), beta, self.rng)
+        else:
+            rows, weight = self.rng.integers(len(self.replay), size=self.algo.batch_size), None
+        batch = self.replay.gather(rows)
+        if weight is not None:
+            batch["weight"] = weight
+        return {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, rows
+
+    def update_target(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.main.parameters()), self.algo.tau)
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+    def weights(self) -> np.ndarray:
+        """The online network as the flat float32 vector the Executors act with."""
+        return flat_weights(self.main)
+
+    def state_dict(self) -> dict:
+        return {
+            "main": to_cpu(self.main.state_dict()),
+            "target": to_cpu(self.target.state_dict()),
+            "optimizer": to_cpu(self.optimizer.state_dict()),
+            "replay": self.replay.state_dict(),
+            "priorities": self.priorities.state_dict() if self.priorities is not None else {},
+            "tails": {str(i): tail for i, tail in self.tails.items()},
+            "updates": self.updates,
+            "env_steps": self.env_steps,
+            "owed": self.owed,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.main.load_state_dict(state["main"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict(state["replay"])
+        if self.priorities is not None and state["priorities"]:
+            self.priorities.load_state_dict(state["priorities"])
+        self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
+        self.updates, self.env_steps = int(state["updates"]), int(state["env_steps"])
+        self.owed = float(state["owed"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+Algorithm = DQN

@@ -1,0 +1,176 @@
+"""The two contracts the runtime and the algorithms meet at. Read this module first.
+
+    Executors: Policy.act ──Segment──▶ Algorithm.observe ──▶ Algorithm.update ──▶ weights()
+         ▲                                                                          │
+         └─────────────────── Policy.load(weights) (versioned) ◀────────────────────┘
+
+* A :class:`Policy` runs in the Executors. It acts for a batch of E environments at once and returns,
+  beside the actions, the per-step fields its algorithm wants recorded (log pi, V(s), ...). It holds
+  a copy of the weights the Learner publishes and whatever exploration state it needs (its RNG, an
+  epsilon schedule); a recurrent policy also carries a state per environment.
+* An :class:`Algorithm` runs where the Learner runs. It turns the Executors' :class:`Segment` s into
+  training data (``observe``: an on-policy algorithm keeps the batch, an off-policy one inserts into
+  its replay), learns from it (``update``) and says what the Executors act with (``weights``).
+
+The runtime (``mlxe.runtime``) steps environments, moves segments and weights between threads,
+processes or Ray actors, and schedules who runs when; it never sees a loss or an optimizer. An
+algorithm never sees a thread, a process or a socket. One algorithm is one module in ``mlxe.algos``
+plus one line in its registry (``docs/extending.md``).
+
+Shapes: T steps per segment, E environments per Executor, ``*obs`` the observation shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mlxe.config import AlgoConfig, Config
+    from mlxe.models.actor_critic import NetSpec
+
+# A recurrent policy's state: arrays whose first axis is the environment (reset row by row at
+# episode ends from ``initial_state``), or None for a feed-forward policy.
+State = dict[str, np.ndarray] | None
+
+
+@dataclass(frozen=True)
+class Field:
+    """One per-step quantity a Policy returns and the Executor records: its shape per environment
+    (``()`` for a scalar) and its dtype."""
+
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+
+
+class Policy(Protocol):
+    """Acts in an Executor for E environments at once, with the weights it was last loaded with."""
+
+    def initial_state(self, n_envs: int) -> State:
+        """The recurrent state of ``n_envs`` fresh episodes (None: a feed-forward policy)."""
+
+    def act(
+        self, obs: np.ndarray, state: State, greedy: bool = False
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
+        """``obs`` [E, *obs] -> (actions [E] int64 or [E, A] float32, the recorded fields {name: [E, ...]}
+        as the algorithm declares them, the next state). ``greedy``: no exploration (evaluation)."""
+
+    def load(self, weights: np.ndarray) -> None:
+        """Act from now on with ``weights`` [P] float32, as the Algorithm's ``weights()`` gives them."""
+
+    def state_dict(self) -> dict:
+        """Exploration state for a checkpoint (RNG, schedules), plain data."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+@dataclass
+class Segment:
+    """T steps of E environments played by one Executor with one version of the weights.
+
+    ``steps`` holds [T, E, ...] arrays: ``obs`` (what the policy saw: normalized where the run has an
+    observation filter), ``action``, ``reward`` (scaled where it has a reward filter), ``terminated``
+    and ``truncated`` (bool), and the fields the algorithm declared. After a step that ended an
+    episode the environment was reset: ``obs[t + 1]`` is the next episode's first observation. An
+    algorithm that bootstraps after a truncation finds the episode's last observation in
+    ``final_obs`` [K, *obs], for the K truncated steps at (``final_t`` [K], ``final_env`` [K]).
+    ``next_obs`` [E, *obs] follows the segment's last step, and ``state`` is the policy's recurrent
+    state before its first step (None for a feed-forward policy).
+    """
+
+    executor: int
+    version: int  # the weights version that played it
+    steps: dict[str, np.ndarray]
+    next_obs: np.ndarray
+    final_t: np.ndarray
+    final_env: np.ndarray
+    final_obs: np.ndarray
+    state: State = None
+
+    def __len__(self) -> int:
+        """Env steps in the segment (T x E)."""
+        return int(self.steps["reward"].size)
+
+    def next_observations(self) -> np.ndarray:
+        """s_{t+1} of every step [T, E, *obs]: the following row, ``next_obs`` after the last step, and
+        the episode's last observation at truncations (after a termination: the reset observation,
+        which a target must not bootstrap from)."""
+        obs = self.steps["obs"]
+        nxt = np.concatenate([obs[1:], self.next_obs[None]], axis=0)
+        nxt[self.final_t, self.final_env] = self.final_obs
+        return nxt
+
+
+@dataclass
+class Episode:
+    """One finished episode as the Trainer counts it; ``steps`` is what an episode runtime stores of it."""
+
+    executor: int
+    length: int  # steps in the whole episode
+    total_return: float  # undiscounted sum of the environment's rewards over the whole episode
+    failed: bool  # ended in a terminal state rather than at the step cap
+    weights_version: int  # version of the weights that started the episode
+    steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+
+class Algorithm(ABC):
+    """The learning side of one algorithm.
+
+    A subclass sets ``Config`` (its ``algo:`` dataclass), declares what its policy records
+    (:meth:`record`), builds that policy (:meth:`make_policy`, called in Executor processes: it must
+    not need torch where the network can act in NumPy) and implements the learning methods. It is
+    built with the run config, the network spec read from the environment, and a seed; ``device``
+    says where it computes.
+    """
+
+    Config: ClassVar[type[AlgoConfig]]
+
+    def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
+        self.cfg, self.spec, self.seed = cfg, spec, seed
+        self.updates = 0  # gradient steps so far (checkpointed)
+        self.device: Any = "cpu"
+
+    @classmethod
+    @abstractmethod
+    def record(cls, cfg: Config, spec: NetSpec) -> dict[str, Field]:
+        """The fields the policy returns from ``act`` for every step, by name (beyond obs, action,
+        reward, terminated and truncated, which every segment has)."""
+
+    @classmethod
+    @abstractmethod
+    def make_policy(cls, cfg: Config, spec: NetSpec, seed: int, executors: int = 1) -> Policy:
+        """The policy an Executor acts with, its RNG seeded with ``seed``; ``executors``: how many
+        Executors act at once (an exploration schedule in run-wide env steps divides by it)."""
+
+    @classmethod
+    def weights_size(cls, cfg: Config, spec: NetSpec) -> int:
+        """P, the length of :meth:`weights` (known before the algorithm is built: Executors start first)."""
+        return spec.num_params()
+
+    @abstractmethod
+    def observe(self, segment: Segment) -> None:
+        """Take one Executor's segment: compute its targets and keep it for the next :meth:`update`."""
+
+    @abstractmethod
+    def update(self, progress: float) -> dict[str, float]:
+        """Learn from what was observed; ``progress`` in [0, 1] is the share of the run's step budget
+        played (for annealed schedules; 0 without a budget). Returns the metrics to log (means over
+        this call's gradient steps, with ``lr``); an algorithm not ready to learn returns {}."""
+
+    @abstractmethod
+    def weights(self) -> np.ndarray:
+        """What the Executors act with: a flat float32 vector [P] on the CPU (a copy), e.g. the actor's
+        parameters only for an algorithm with separate critics."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything needed to resume (models, optimizers, replay, counters, RNG), tensors on the CPU;
+        the model Executors act with under ``"main"``."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` onto this algorithm's device."""
