@@ -86,10 +86,13 @@ def train(
             trainer.summary("error", error=str(e))
             raise
         trainer.stop_clock()
-        evaluation = None
+        evaluation = evaluation_last = None
         if cfg.run.eval_after > 0 and trainer.checkpoint_path.exists():
-            evaluation = evaluate(trainer.checkpoint_path, episodes=cfg.run.eval_after, config=cfg)
-        summary = trainer.summary(reason, evaluation=evaluation)
+            evaluation_last = evaluate(trainer.checkpoint_path, episodes=cfg.run.eval_after, config=cfg)
+            evaluation = evaluation_last
+            if trainer.best_path.exists():
+                evaluation = evaluate(trainer.best_path, episodes=cfg.run.eval_after, config=cfg)
+        summary = trainer.summary(reason, evaluation=evaluation, evaluation_last=evaluation_last)
     return TrainResult(run_dir, summary)
 
 
@@ -106,15 +109,17 @@ def evaluate(
     seed: int | None = None,
     max_episode_steps: int | None = None,
     config: Config | None = None,
+    last: bool = False,
 ) -> dict:
     """Replay a trained policy greedily (normal starts, no exploration).
 
-    ``source``: a run directory or a checkpoint file. Returns mean/std return, mean/min/max length
-    and the per-episode lists.
+    ``source``: a run directory (its ``best.pt``, the model that reached the goal; ``last``: its
+    ``last.pt``) or a checkpoint file. Returns mean/std return, mean/min/max length and the
+    per-episode lists.
     """
     from mlxe.models.actor_critic import build_torch, flat_weights
     from mlxe.runtime.architectures.common import evaluate_weights, problem_spec
-    from mlxe.runtime.trainer import load_checkpoint
+    from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
 
     source = Path(source)
     if not source.exists():
@@ -124,7 +129,7 @@ def evaluate(
         config = from_dict(read_yaml(run_dir / "config.yaml"))
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
-    state = load_checkpoint(source)
+    state = load_checkpoint(checkpoint_file(source, last))
     spec = problem_spec(config)
     seed = config.seed if seed is None else seed
     if config.algo.runtime == "episodes":

@@ -6,10 +6,8 @@ Heavy libraries (torch, gymnasium) are imported inside the commands, so ``mlxe -
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,20 +37,6 @@ class _Parser(argparse.ArgumentParser):
             self._intermixing = False
 
 
-@contextlib.contextmanager
-def _checkpoint_errors() -> Iterator[None]:
-    """Report a file that is not an MLxE checkpoint as a user error (one line), not as a bug."""
-    from mlxe.config import ConfigError
-
-    try:
-        yield
-    except ValueError as e:
-        # load_checkpoint raises a plain ValueError for it; any other ValueError is a bug and keeps its traceback
-        if type(e) is ValueError and "is not an MLxE checkpoint" in str(e):
-            raise ConfigError(str(e)) from e
-        raise
-
-
 def _train(args: argparse.Namespace) -> int:
     from mlxe.api import train
 
@@ -65,16 +49,19 @@ def _train(args: argparse.Namespace) -> int:
         overrides.insert(0, config)  # `mlxe train --resume RUN k=v`: the first override parsed as CONFIG
         config = None
     progress = False if args.no_progress else None
-    with _checkpoint_errors():
-        result = train(config, overrides, resume=args.resume, progress=progress)
+    result = train(config, overrides, resume=args.resume, progress=progress)
     s = result.summary
     print(
         f"stopped: {s['stop_reason']} after {s['episodes']} episodes, {s['env_steps']} env steps, "
         f"{s['updates']} updates, {s['wall_s']:.1f} s; best episode {s['best_length']} steps"
     )
-    if "evaluation" in s:
-        e = s["evaluation"]
-        print(f"greedy evaluation: mean return {e['mean_return']:.1f}, mean length {e['mean_length']:.0f} ({e['episodes']} episodes)")
+    for key, which in (("evaluation", "best.pt"), ("evaluation_last", "last.pt")):
+        if key in s:
+            e = s[key]
+            print(
+                f"greedy evaluation of {which}: mean return {e['mean_return']:.1f}, mean length "
+                f"{e['mean_length']:.0f} ({e['episodes']} episodes)"
+            )
     print(f"run directory: {result.run_dir}")
     return 0
 
@@ -82,8 +69,9 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from mlxe.api import evaluate
 
-    with _checkpoint_errors():
-        result = evaluate(args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps)
+    result = evaluate(
+        args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps, last=args.last
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -183,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("eval", help="replay a trained policy greedily")
-    p.add_argument("source", help="run directory or checkpoint file")
+    p.add_argument("source", help="run directory (its best.pt: the model that reached the goal) or checkpoint file")
+    p.add_argument("--last", action="store_true", help="a run directory's last.pt instead of its best.pt")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--max-steps", type=int, default=None, help="episode step cap (default: the run's)")

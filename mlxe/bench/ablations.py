@@ -56,12 +56,12 @@ def bench_ablations(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Run the ablation study (``only``: a subset of variant labels); returns the markdown report."""
-    from mlxe.config import load_config
+    from mlxe.config import ConfigError, load_config
 
     variants = [(label, [*BASELINE, *v]) for label, v in VARIANTS if only is None or label in only]
     if only is not None and len(variants) != len(only):
         known = ", ".join(label for label, _ in VARIANTS)
-        raise ValueError(f"unknown ablation variant in {only}; known: {known}")
+        raise ConfigError(f"unknown ablation variant in {only}; known: {known}")
     out = bench_dir("ablations", out_dir)
     results = run_variants(config, variants, seeds, out, overrides)
     cfg = load_config(config, overrides)

@@ -31,8 +31,8 @@ def bench_priorities(
     out_dir: str | Path | None = None,
 ) -> Path:
     from mlxe.config import load_config
-    from mlxe.runtime.architectures.common import problem_spec
     from mlxe.core import Episode
+    from mlxe.runtime.architectures.common import problem_spec
     from mlxe.runtime.learner import Learner
     from mlxe.runtime.memorizer import Memorizer
 

@@ -74,13 +74,13 @@ def bench_solve(
 ) -> Path:
     """Run the benchmark; returns the path of the markdown report."""
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.config import ConfigError, load_config
 
     if env_id not in THRESHOLDS:
-        raise ValueError(f"no solve threshold for {env_id!r}; known: {', '.join(THRESHOLDS)}")
+        raise ConfigError(f"no solve threshold for {env_id!r}; known: {', '.join(THRESHOLDS)}")
     config = config or CONFIGS.get((env_id, algo))
     if config is None:
-        raise ValueError(f"no config for {algo} on {env_id}; pass --config")
+        raise ConfigError(f"no config for {algo} on {env_id}; pass --config")
     threshold = THRESHOLDS[env_id]
     out = bench_dir(f"solve-{env_id}-{algo}", out_dir)
     base = [

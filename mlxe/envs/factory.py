@@ -10,6 +10,7 @@ import gymnasium
 from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
+from mlxe.config import ConfigError
 from mlxe.envs.cartpole_task import CartPoleTask
 
 __all__ = ["TASK_KEYS", "make_env"]
@@ -57,13 +58,13 @@ def make_env(
         or not isinstance(max_episode_steps, int)
         or max_episode_steps < 1
     ):
-        raise ValueError(
+        raise ConfigError(
             f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}"
         )
     if task is not None:
         unknown = sorted(set(task) - TASK_KEYS)
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown env.task keys {unknown}; expected a subset of {sorted(TASK_KEYS)}"
             )
     ctor_kwargs = dict(kwargs or {})
@@ -79,7 +80,7 @@ def make_env(
 
     if task is not None:
         if not isinstance(env.unwrapped, CartPoleEnv):
-            raise ValueError(
+            raise ConfigError(
                 f"env.task is only for CartPole; env '{env_id}' is "
                 f"{type(env.unwrapped).__name__}"
             )
@@ -99,11 +100,11 @@ def _make_registered(
             if matches
             else "it is not in gymnasium.registry"
         )
-        raise ValueError(f"unknown environment '{env_id}': {hint}")
+        raise ConfigError(f"unknown environment '{env_id}': {hint}")
     try:
         return gymnasium.make(env_id, max_episode_steps=max_episode_steps, **ctor_kwargs)
     except TypeError as exc:
-        raise ValueError(
+        raise ConfigError(
             f"invalid kwargs {sorted(ctor_kwargs)} for environment '{env_id}': {exc}"
         ) from exc
 
@@ -111,24 +112,24 @@ def _make_registered(
 def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:
     module_name, _, class_name = env_id.partition(":")
     if not module_name or not class_name:
-        raise ValueError(f"custom env id '{env_id}' must have the form 'package.module:Class'")
+        raise ConfigError(f"custom env id '{env_id}' must have the form 'package.module:Class'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(
+        raise ConfigError(
             f"cannot import module '{module_name}' for env '{env_id}': {exc}"
         ) from exc
     env_cls = getattr(module, class_name, None)
     if env_cls is None:
-        raise ValueError(f"module '{module_name}' has no class '{class_name}' (env '{env_id}')")
+        raise ConfigError(f"module '{module_name}' has no class '{class_name}' (env '{env_id}')")
     if not isinstance(env_cls, type) or not issubclass(env_cls, gymnasium.Env):
-        raise ValueError(
+        raise ConfigError(
             f"'{class_name}' in module '{module_name}' is not a gymnasium.Env subclass "
             f"(env '{env_id}')"
         )
     try:
         return env_cls(**ctor_kwargs)
     except TypeError as exc:
-        raise ValueError(
+        raise ConfigError(
             f"invalid kwargs {sorted(ctor_kwargs)} for environment '{env_id}': {exc}"
         ) from exc

@@ -15,6 +15,7 @@ import numpy as np
 
 from mlxe.algos.a3c import A3CActor, episode_targets
 from mlxe.algos.returns import nstep_returns
+from mlxe.config import ConfigError
 from mlxe.core import Episode
 from mlxe.exploration import make_exploration
 from mlxe.models.actor_critic import NetSpec
@@ -37,12 +38,12 @@ def env_dims(env) -> tuple[int, int | Box]:
     space = env.action_space
     if isinstance(space, gym.spaces.Box):
         if len(space.shape) != 1:
-            raise ValueError(f"continuous actions need a 1-D Box action space, got {space}")
+            raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
     elif not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
+        raise ConfigError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
     shape = env.observation_space.shape
     if shape is None or len(shape) != 1:
-        raise ValueError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
+        raise ConfigError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
     return int(shape[0]), (space if isinstance(space, gym.spaces.Box) else int(space.n))
 
 
@@ -87,7 +88,7 @@ class Executor:
         self.env = make_env_from_config(cfg, training=training)
         obs_dim, n_actions = env_dims(self.env)
         if not isinstance(n_actions, Integral):
-            raise ValueError(
+            raise ConfigError(
                 f"algo.name {cfg.algo.name!r}: this Executor (seed 000's A3C) needs a Discrete action space, got "
                 f"{n_actions}; continuous (Box) actions work with the on-policy algorithms ppo, a2c and pg"
             )

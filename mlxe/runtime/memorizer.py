@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.returns import td_errors, vtrace
+from mlxe.core import Episode
 from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
-from mlxe.core import Episode
 
 
 class Memorizer:

@@ -233,6 +233,7 @@ def train(
             if fresh is not None:
                 filters.merge(fresh)
             trainer.env_steps += len(segment)
+        trainer.save_goal(roles)  # before training on: the weights that played the goal episode
         t1 = time.perf_counter()
         for segment, _, _ in collected:
             learner.observe(segment)

@@ -4,6 +4,12 @@ An architecture reports what happened (``on_episode``, ``end_iteration``) and as
 (``stop_reason``); the Trainer writes ``metrics.csv``, ``episodes.csv``, TensorBoard events, atomic
 checkpoints, ``summary.json`` and the learning curve. Ctrl-C sets a flag that the architecture sees
 at its next safe point, so the last checkpoint is always consistent; a second Ctrl-C aborts at once.
+
+Two checkpoints are kept: ``last.pt``, written periodically and at the end, and ``best.pt``, the
+model that reached the goal: the weights that played the first goal-length episode (saved before
+the Learner trains on, where the schedule allows: :meth:`Trainer.save_goal`), or else those of the
+best periodic evaluation so far. Training one more iteration past the goal can make a model worse,
+so the end-of-run evaluation and ``mlxe eval`` read ``best.pt`` by default.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.config import Config, save_config
+from mlxe.config import Config, ConfigError, save_config
 from mlxe.core import Episode
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
@@ -55,8 +61,19 @@ def save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def checkpoint_file(source: str | Path, last: bool = False) -> Path:
+    """The checkpoint of ``source``: the file itself, or a run directory's ``best.pt`` (``last``, or
+    when the run has none: ``last.pt``)."""
+    source = Path(source)
+    if not source.is_dir():
+        return source
+    best = source / "checkpoints" / "best.pt"
+    return best if best.is_file() and not last else source / "checkpoints" / "last.pt"
+
+
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint safely (tensors and plain data only; no arbitrary unpickling)."""
+    """Load a checkpoint safely (tensors and plain data only; no arbitrary unpickling); a run
+    directory means its ``last.pt`` (what ``--resume`` continues from)."""
     import torch
 
     path = Path(path)
@@ -66,7 +83,7 @@ def load_checkpoint(path: str | Path) -> dict:
         raise FileNotFoundError(f"no checkpoint at {path}")
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not an MLxE checkpoint (format {CHECKPOINT_FORMAT})")
+        raise ConfigError(f"{path} is not an MLxE checkpoint (format {CHECKPOINT_FORMAT})")
     return state
 
 
@@ -88,13 +105,18 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.checkpoint_path = self.run_dir / "checkpoints" / "last.pt"
+        self.best_path = self.run_dir / "checkpoints" / "best.pt"
         save_config(cfg, self.run_dir / "config.yaml")
         self.stats = EpisodeStats(cfg.run.window)
         self.iteration = self.episodes = self.env_steps = self.updates = 0
         self.wall_before = 0.0  # seconds trained before a resume
         self.eval_s = 0.0  # of the wall time, seconds spent in the periodic greedy evaluations
         self.goal_reached = False
+        self.goal_saved = False  # the goal episode's weights are in best.pt
         self.last_eval: float | None = None
+        # what best.pt holds: {"kind": "goal_episode" | "evaluation", "score", "iteration", "env_steps"}
+        self.best: dict | None = None
+        self._best_due = False  # a new best evaluation, to save with the iteration's checkpoint
         self.restored = checkpoint
         if checkpoint is not None:
             t = checkpoint["trainer"]
@@ -103,6 +125,8 @@ class Trainer:
             self.wall_before = float(t["wall_s"])
             self.eval_s = float(t.get("eval_s", 0.0))
             self.stats.load_state_dict(t["stats"])
+            self.best = t.get("best")
+            self.goal_saved = self.best is not None and self.best["kind"] == "goal_episode"
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
         self._episode_rows: list[dict] = []
@@ -180,6 +204,8 @@ class Trainer:
             started = time.monotonic()
             self.last_eval = evaluate()
             self.eval_s += time.monotonic() - started
+            if not self.goal_saved and (self.best is None or self.last_eval > self.best["score"]):
+                self._best_due = True
         row = {
             "iteration": self.iteration,
             "episodes": self.episodes,
@@ -245,21 +271,49 @@ class Trainer:
     def close_iteration(
         self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
     ) -> None:
-        """``end_iteration``, then the periodic checkpoint of ``roles()``."""
+        """``end_iteration``, then the checkpoints due of ``roles()``."""
         self.end_iteration(updates, info, evaluate)
+        self.save_due(roles)
+
+    def save_due(self, roles: Callable[[], dict]) -> None:
+        """The periodic ``last.pt`` and a new best evaluation's ``best.pt``, if due (``roles()`` asked once)."""
+        if not (self.checkpoint_due() or self._best_due):
+            return
+        state = roles()
         if self.checkpoint_due():
-            self.save(roles())
+            self.save(state)
+        if self._best_due:
+            self.save_best(state, "evaluation", float(self.last_eval))
+
+    def save_goal(self, roles: Callable[[], dict]) -> None:
+        """``best.pt`` from ``roles()`` if a goal episode was counted and not saved yet: call it after
+        counting an iteration's episodes and before training on them (the weights that played them)."""
+        if self.goal_reached and not self.goal_saved:
+            self.save_best(roles(), "goal_episode", float(self.stats.best_length))
 
     def finish(self, roles: Callable[[], dict]) -> str:
-        """The final checkpoint; returns the stop reason."""
+        """The final checkpoint (and ``best.pt`` if a goal episode's is still unsaved); returns the stop reason."""
         reason = self.check_stop() or "interrupted"
-        self.save(roles())
+        state = roles()
+        self.save(state)
+        if self.goal_reached and not self.goal_saved:  # a schedule that cannot stop before training
+            self.save_best(state, "goal_episode", float(self.stats.best_length))
         return reason
 
     # -- outputs -----------------------------------------------------------------------------------
     def save(self, roles: dict) -> None:
-        """Write a checkpoint of the counters plus ``roles`` (learner, memorizer, executors states)."""
-        state = {
+        """Write ``last.pt``: the counters plus ``roles`` (learner, memorizer, executors states)."""
+        save_checkpoint(self.checkpoint_path, self._checkpoint(roles))
+
+    def save_best(self, roles: dict, kind: str, score: float) -> None:
+        """Write ``best.pt`` (a whole checkpoint: it can be evaluated or resumed from)."""
+        self.best = {"kind": kind, "score": score, "iteration": self.iteration, "env_steps": self.env_steps}
+        self.goal_saved = kind == "goal_episode"
+        self._best_due = False
+        save_checkpoint(self.best_path, self._checkpoint(roles))
+
+    def _checkpoint(self, roles: dict) -> dict:
+        return {
             "format": CHECKPOINT_FORMAT,
             "trainer": {
                 "iteration": self.iteration,
@@ -269,12 +323,16 @@ class Trainer:
                 "wall_s": self.wall_s,
                 "eval_s": self.eval_s,
                 "stats": self.stats.state_dict(),
+                "best": self.best,
             },
             **roles,
         }
-        save_checkpoint(self.checkpoint_path, state)
 
-    def summary(self, reason: str, error: str | None = None, evaluation: dict | None = None) -> dict:
+    def summary(
+        self, reason: str, error: str | None = None, evaluation: dict | None = None, evaluation_last: dict | None = None
+    ) -> dict:
+        """Write ``summary.json``: counters, the best model (``best``: what ``best.pt`` holds) and the
+        end-of-run greedy evaluations of ``best.pt`` (``evaluation``) and ``last.pt`` (``evaluation_last``)."""
         self._flush_episodes()
         summary = {
             "name": self.cfg.name,
@@ -295,11 +353,14 @@ class Trainer:
             "ma_return": self.stats.ma_return,
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.checkpoint_path) if self.checkpoint_path.exists() else None,
+            "best": dict(self.best, checkpoint=str(self.best_path)) if self.best is not None else None,
         }
         if error is not None:
             summary["error"] = error
         if evaluation is not None:
             summary["evaluation"] = evaluation
+        if evaluation_last is not None:
+            summary["evaluation_last"] = evaluation_last
         summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         if self.cfg.run.plot:

@@ -13,8 +13,8 @@ import torch
 
 from mlxe.algos import algorithm
 from mlxe.algos.a3c import A3CLearner
-from mlxe.algos.device import resolve_device
 from mlxe.algos.a3c import Config as A3CConfig
+from mlxe.algos.device import resolve_device
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 

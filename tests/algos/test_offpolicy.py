@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mlxe.algos.a3c import A3CLearner
-from mlxe.algos.returns import nstep_returns, td_errors, vtrace
 from mlxe.algos.a3c import Config as A3CConfig
+from mlxe.algos.returns import nstep_returns, td_errors, vtrace
 from mlxe.models.actor_critic import NetSpec
 
 # --------------------------------------------------------------------------- n-step returns

@@ -7,9 +7,9 @@ import pytest
 
 from mlxe.algos.returns import vtrace
 from mlxe.config import load_config
+from mlxe.core import Episode
 from mlxe.memory.replay import step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
-from mlxe.core import Episode
 from mlxe.runtime.memorizer import Memorizer
 
 SPEC = NetSpec(obs_dim=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))

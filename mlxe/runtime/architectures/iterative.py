@@ -106,6 +106,7 @@ def run_iterative(cfg: Config, trainer: Trainer, asynchronous: bool, threads: bo
                 trainer.on_episode(episode)
             if trainer.interrupted:
                 break  # stop before learning: the episodes played so far are stored and saved
+            trainer.save_goal(roles)  # before training on: the weights that played the goal episode
             t1 = time.perf_counter()
             updates, info = learner.train_iteration(
                 memorizer, trainer.episodes, trainer.iteration, lambda: trainer.interrupted

@@ -140,8 +140,8 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
             roles.send(LEARNER, ("episode", trainer.episodes, msg[1].weights_version, msg[1].total_return))
         elif pool is roles and msg[0] == "progress":
             trainer.end_iteration(msg[1] - trainer.updates, msg[2], evaluate)
-            if trainer.checkpoint_due() and not stopping:
-                trainer.save(snapshot(resume_play=True))
+            if not stopping:
+                trainer.save_due(lambda: snapshot(resume_play=True))
 
     def snapshot(resume_play: bool) -> dict:
         """States of every role; Executors interrupted for theirs go back to playing if asked."""
@@ -177,7 +177,7 @@ def run_online(cfg: Config, trainer: Trainer) -> str:
         for _ in range(n):
             while executors.recv(None)[1][0] != "idle":
                 pass
-        trainer.save(snapshot(resume_play=False))
+        trainer.finish(lambda: snapshot(resume_play=False))
         return reason
     finally:
         executors.close()

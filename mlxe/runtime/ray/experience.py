@@ -50,6 +50,7 @@ def run_async_experience(run: RayRun) -> str:
         dispatch()  # every reply is answered with the newest weights
         run.tick()
         if accepted >= run.n and not trainer.interrupted:
+            trainer.save_goal(roles)  # before training on (the weights of the goal episode, within max_lag)
             t1 = time.perf_counter()
             updates, info = learner.train_iteration(
                 memorizer, trainer.episodes, trainer.iteration, lambda: trainer.interrupted

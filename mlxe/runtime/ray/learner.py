@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from mlxe.config import Config
-from mlxe.models.actor_critic import NetSpec
 from mlxe.core import Segment
-from mlxe.runtime.schedule import LearnerFactory
+from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.ray.actors import Actor
 from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
 from mlxe.runtime.ray.pool import writable
 from mlxe.runtime.ray.stats import RunStats
+from mlxe.runtime.schedule import LearnerFactory
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlxe.runtime.schedule import Rollout, train
 from mlxe.runtime.ray.learner import in_driver
 from mlxe.runtime.ray.run import RayRun
+from mlxe.runtime.schedule import Rollout, train
 
 
 class RayRollouts:

@@ -82,6 +82,7 @@ def run_sync(run: RayRun) -> str:
             run.stats.used(episode.executor, run.weights.version - episode.weights_version)
         if trainer.interrupted:
             break  # stop before learning: the episodes played so far are stored and saved
+        trainer.save_goal(roles)  # before training on: the weights that played the goal episode
         if adopt is not None:
             adopt_into_learner(run, learner, adopt)
         t1 = time.perf_counter()

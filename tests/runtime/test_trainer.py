@@ -1,0 +1,74 @@
+"""The Trainer's two checkpoints: best.pt holds the model that reached the goal, and is what is evaluated."""
+
+import numpy as np
+import pytest
+import torch
+
+import mlxe
+from mlxe.config import load_config
+from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
+
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "start_method=fork"]
+
+
+def flat(state: dict) -> np.ndarray:
+    return torch.cat([v.flatten() for v in state["learner"]["main"].values()]).numpy()
+
+
+@pytest.mark.parametrize("arch", ["istb", "is"])
+def test_the_goal_episode_weights_are_best_pt_not_the_model_trained_past_them(make_config, arch):
+    cfg = make_config(f"arch={arch}", "stop.goal_episode_length=40", "stop.max_episodes=400", "run.eval_after=3")
+    result = mlxe.train(cfg)
+    s = result.summary
+    assert s["stop_reason"] == "goal_episode_length" and s["best"]["kind"] == "goal_episode", s
+    best, last = load_checkpoint(checkpoint_file(result.run_dir)), load_checkpoint(result.run_dir)
+    # saved after the goal iteration's episodes were counted, before the Learner trained on them
+    assert best["trainer"]["iteration"] == last["trainer"]["iteration"] - 1
+    assert best["trainer"]["episodes"] == last["trainer"]["episodes"]
+    assert 0 < best["learner"]["updates"] < last["learner"]["updates"]
+    assert not np.array_equal(flat(best), flat(last))
+    assert s["best"]["score"] >= 40 and s["best"]["checkpoint"].endswith("best.pt")
+    # the end-of-run evaluation is best.pt's, with last.pt's beside it
+    assert s["evaluation"] == mlxe.evaluate(result.run_dir, episodes=3, config=cfg)
+    assert s["evaluation_last"] == mlxe.evaluate(result.run_dir, episodes=3, config=cfg, last=True)
+
+
+def test_best_pt_of_an_on_policy_run_holds_the_weights_that_played_the_goal_episode(tmp_path):
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=60",
+        "env.max_episode_steps=60", "stop.max_env_steps=60000", "arch=is"])
+    result = mlxe.train(cfg)
+    assert result.summary["stop_reason"] == "goal_episode_length"
+    best, last = load_checkpoint(checkpoint_file(result.run_dir)), load_checkpoint(result.run_dir)
+    # every episode of the goal iteration was played with the weights published before it: best.pt's
+    assert best["trainer"]["env_steps"] == last["trainer"]["env_steps"]
+    assert last["learner"]["updates"] - best["learner"]["updates"] == cfg.algo.epochs
+    assert not np.array_equal(best["weights"].numpy(), last["weights"].numpy())
+
+
+def test_best_pt_follows_the_best_evaluation(tmp_path):
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
+        "stop.max_env_steps=2560", "stop.eval_episodes=5"])
+    result = mlxe.train(cfg)
+    s = result.summary
+    rows = mlxe.telemetry.metrics.read_csv(result.run_dir / "metrics.csv")
+    evals = np.asarray(rows["eval_return"], float)
+    assert s["best"]["kind"] == "evaluation" and s["best"]["score"] == evals.max()
+    assert s["best"]["iteration"] == int(np.argmax(evals)) + 1  # the first iteration with the best score
+    best = load_checkpoint(checkpoint_file(result.run_dir))
+    assert best["trainer"]["iteration"] == s["best"]["iteration"]
+
+
+def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
+    from mlxe.cli import main
+
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
+        "stop.max_env_steps=1280"])
+    run_dir = mlxe.train(cfg).run_dir
+    assert checkpoint_file(run_dir).name == "best.pt" and checkpoint_file(run_dir, last=True).name == "last.pt"
+    assert main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0
+    by_default = capsys.readouterr().out
+    assert main(["eval", "--last", str(run_dir), "--episodes", "2", "--json"]) == 0
+    assert by_default != capsys.readouterr().out  # two different models
