@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import numbers
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +22,9 @@ class _CsvAppender:
     """Appends dict rows to a CSV file, opened on the first row.
 
     The header comes from the existing file (resumed run) or from the first
-    row's keys; missing keys are written empty and unknown keys are dropped.
+    row's keys; missing keys are written empty. A row with a new key widens the
+    header: the file is rewritten once with the new column (an off-policy
+    algorithm reports its losses only from its first update on).
     """
 
     def __init__(self, path: Path) -> None:
@@ -55,9 +58,27 @@ class _CsvAppender:
             return
         if self._writer is None:
             self._writer = self._open(rows[0])
+        new = [k for row in rows for k in row if k not in self._writer.fieldnames]
+        if new:
+            self._widen(list(dict.fromkeys(new)))
         self._writer.writerows(rows)
         assert self._file is not None
         self._file.flush()
+
+    def _widen(self, keys: list[str]) -> None:
+        """Rewrite the file with ``keys`` appended to its header (atomically: a crash keeps the old file)."""
+        header = [*self._writer.fieldnames, *keys]
+        self.close()
+        with self.path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+        self._file = self.path.open("a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=header, restval="")
 
     def close(self) -> None:
         if self._file is not None:

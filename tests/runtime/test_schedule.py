@@ -128,3 +128,35 @@ def test_filter_statistics_are_checkpointed_merged_and_used_in_evaluation(tmp_pa
     plain = mlxe.evaluate(first.run_dir, episodes=5, seed=1, config=load_config(
         first.run_dir / "config.yaml", ["filters.obs=false"]))
     assert normalized["lengths"] != plain["lengths"]  # the policy was trained on normalized observations
+
+
+# --------------------------------------------------------------------------- DQN on the same runtime
+
+
+def dqn_config(tmp_path, *overrides):
+    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+             "run.eval_after=0", "start_method=fork"]
+    return load_config("configs/cartpole_dqn.yaml", [*quiet, *overrides])
+
+
+def test_dqn_solves_cartpole(tmp_path):
+    """The greedy mean return over 20 episodes reaches 475 within 60k env steps (seed 0), and best.pt holds it."""
+    result = mlxe.train(dqn_config(tmp_path, "seed=0", "stop.max_env_steps=60000"))
+    s = result.summary
+    assert s["stop_reason"] == "eval_return", s
+    assert s["best"]["kind"] == "evaluation" and s["best"]["score"] >= 475
+    assert mlxe.evaluate(result.run_dir, episodes=20, seed=123)["mean_return"] >= 475
+
+
+@pytest.mark.parametrize("arch", ["is", "oa"])
+def test_dqn_keeps_its_update_to_data_ratio_and_resumes_with_its_replay(tmp_path, arch):
+    cfg = dqn_config(tmp_path, f"arch={arch}", "executors=2", "envs_per_executor=2", "rollout.steps=32",
+                     "algo.learning_starts=256", "algo.n_step=3", "stop.eval_return=null", "stop.max_env_steps=1024")
+    first = mlxe.train(cfg)
+    assert first.summary["env_steps"] == 1024 and first.summary["updates"] == (1024 - 256) // 2
+    state = load_checkpoint(first.run_dir)
+    assert 1000 <= int(state["learner"]["replay"]["size"]) <= 1024  # the n-step tails wait in the Learner
+    assert set(state["learner"]["tails"]) <= {"0", "1"}
+    more = mlxe.train(overrides=["stop.max_env_steps=2048"], resume=first.run_dir)
+    assert more.summary["env_steps"] == 2048 and more.summary["updates"] == (2048 - 256) // 2
+    assert int(load_checkpoint(first.run_dir)["learner"]["replay"]["size"]) > 2000

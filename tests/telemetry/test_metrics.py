@@ -18,20 +18,20 @@ def test_header_missing_and_extra_keys_flushed_before_close(tmp_path):
     w.log({"iteration": 2, "unknown": 3.0})
     # Read before close: every logged row must already be on disk.
     rows = _rows(tmp_path / "metrics.csv")
-    assert rows == [["iteration", "loss", "phase"], ["1", "0.5", "warmup"], ["2", "", ""]]
+    assert rows == [["iteration", "loss", "phase", "unknown"], ["1", "0.5", "warmup", ""], ["2", "", "", "3.0"]]
     w.close()
     w.close()
 
 
-def test_append_on_resume_keeps_header(tmp_path):
+def test_append_on_resume_keeps_header_and_widens_it_for_new_keys(tmp_path):
     with MetricsWriter(tmp_path, tensorboard=False) as w:
         w.log({"iteration": 1, "loss": 0.5})
     with MetricsWriter(tmp_path, tensorboard=False) as w:
         w.log({"loss": 0.25, "iteration": 2, "new_key": 1})
     assert _rows(tmp_path / "metrics.csv") == [
-        ["iteration", "loss"],
-        ["1", "0.5"],
-        ["2", "0.25"],
+        ["iteration", "loss", "new_key"],
+        ["1", "0.5", ""],
+        ["2", "0.25", "1"],
     ]
 
 
@@ -97,3 +97,16 @@ def test_tensorboard_events_and_tags(tmp_path):
     assert [e.value for e in loss] == [0.5, 0.25]
     assert [e.step for e in acc.Scalars("train/env_steps")] == [5, 7, 2]
     assert [e.step for e in acc.Scalars("train/episode_length")] == [3]
+
+
+def test_a_row_with_a_new_key_widens_the_header(tmp_path):
+    """An off-policy algorithm reports its loss only from its first update on: the column is added."""
+    w = MetricsWriter(tmp_path, tensorboard=False)
+    w.log({"iteration": 1, "env_steps": 64})
+    w.log({"iteration": 2, "env_steps": 128, "loss": 0.5})
+    w.log({"iteration": 3, "env_steps": 192})
+    w.close()
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert list(rows) == ["iteration", "env_steps", "loss"]
+    np.testing.assert_array_equal(rows["env_steps"], [64, 128, 192])
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[1:] == ["1,64,", "2,128,0.5", "3,192,"]

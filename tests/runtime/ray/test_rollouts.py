@@ -1,4 +1,4 @@
-"""The on-policy family (PPO, A2C, PG) on a local Ray of 2 CPUs (one ray.init for the module): the
+"""The segment algorithms (PPO, A2C, PG, DQN) on a local Ray of 2 CPUs (one ray.init for the module): the
 local IS and OA runs replayed exactly, a killed Executor replaced, runs resumed, the config rules."""
 
 
@@ -108,6 +108,18 @@ def test_resume_continues_a_segment_run_on_ray(config):
     np.testing.assert_array_equal(metrics["iteration"], np.arange(1, 9))
     np.testing.assert_array_equal(metrics["env_steps"], per * np.arange(1, 9))
     assert status(first.run_dir)["state"] == "finished"
+
+
+def test_dqn_executors_feed_one_replay_on_ray_as_locally(config):
+    """Ape-X's shape: two Executor actors, one replay in the driver; the local IS run replayed exactly."""
+    budget = ["executors=2", "envs_per_executor=2", "rollout.steps=16", "algo.learning_starts=64",
+              "algo.n_step=3", "stop.max_env_steps=512"]
+    local = mlxe.train(config("dqn", *budget))
+    on_ray = mlxe.train(config("dqn", "backend=ray", *budget))
+    assert_same_run(local, on_ray)
+    a, b = (load_checkpoint(r.run_dir)["learner"] for r in (local, on_ray))
+    assert int(a["replay"]["size"]) == int(b["replay"]["size"]) > 400  # both Executors' transitions
+    assert a["updates"] == b["updates"] == int((512 - 64) * 0.5)
 
 
 @pytest.mark.parametrize("algo", ["a2c", "pg"])
