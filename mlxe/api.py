@@ -118,7 +118,8 @@ def evaluate(
     per-episode lists.
     """
     from mlxe.models.actor_critic import build_torch, flat_weights
-    from mlxe.runtime.architectures.common import evaluate_weights, problem_spec
+    from mlxe.runtime.architectures.common import evaluate_weights
+    from mlxe.runtime.setup import problem_spec
     from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
 
     source = Path(source)

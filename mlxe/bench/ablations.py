@@ -58,10 +58,11 @@ def bench_ablations(
     """Run the ablation study (``only``: a subset of variant labels); returns the markdown report."""
     from mlxe.config import ConfigError, load_config
 
+    known = [label for label, _ in VARIANTS]
+    unknown = [label for label in only or [] if label not in known]
+    if unknown:
+        raise ConfigError(f"--only: unknown variant {unknown[0]!r}; known: {'; '.join(known)}")
     variants = [(label, [*BASELINE, *v]) for label, v in VARIANTS if only is None or label in only]
-    if only is not None and len(variants) != len(only):
-        known = ", ".join(label for label, _ in VARIANTS)
-        raise ConfigError(f"unknown ablation variant in {only}; known: {known}")
     out = bench_dir("ablations", out_dir)
     results = run_variants(config, variants, seeds, out, overrides)
     cfg = load_config(config, overrides)

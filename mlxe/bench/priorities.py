@@ -32,9 +32,9 @@ def bench_priorities(
 ) -> Path:
     from mlxe.config import load_config
     from mlxe.core import Episode
-    from mlxe.runtime.architectures.common import problem_spec
     from mlxe.runtime.learner import Learner
     from mlxe.runtime.memorizer import Memorizer
+    from mlxe.runtime.setup import problem_spec
 
     cfg = load_config(config, [*(overrides or []), "memory.sampler=prioritized"])
     spec = problem_spec(cfg)

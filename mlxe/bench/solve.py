@@ -33,6 +33,7 @@ CONFIGS = {
     ("CartPole-v1", "ppo"): "configs/cartpole_ppo.yaml",
     ("CartPole-v1", "a2c"): "configs/cartpole_a2c.yaml",
     ("CartPole-v1", "pg"): "configs/cartpole_pg.yaml",
+    ("CartPole-v1", "dqn"): "configs/cartpole_dqn.yaml",
     ("Pendulum-v1", "ppo"): "configs/pendulum_ppo.yaml",
 }
 SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")

@@ -55,8 +55,8 @@ def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict
     from mlxe.config import load_config
     from mlxe.envs.vector import CartPoleVec
     from mlxe.models.actor_critic import NumpyActorCritic
-    from mlxe.runtime.architectures.common import problem_spec
     from mlxe.runtime.rollout import RolloutExecutor
+    from mlxe.runtime.setup import problem_spec
     from mlxe.runtime.transport.weights import SharedWeights
 
     cfg = load_config(config, [f"envs_per_executor={num_envs}"])

@@ -133,3 +133,33 @@ def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:
         raise ConfigError(
             f"invalid kwargs {sorted(ctor_kwargs)} for environment '{env_id}': {exc}"
         ) from exc
+
+
+def env_dims(env) -> tuple[int, int | gymnasium.spaces.Box]:
+    """(obs_dim, actions) of an environment with a flat Box observation space: ``actions`` is the
+    number of actions (int) of a Discrete action space, or the action space itself if it is a 1-D Box
+    (continuous actions, a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds)."""
+    gym = gymnasium
+    space = env.action_space
+    if isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
+    elif not isinstance(space, gym.spaces.Discrete):
+        raise ConfigError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
+    shape = env.observation_space.shape
+    if shape is None or len(shape) != 1:
+        raise ConfigError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
+    return int(shape[0]), (space if isinstance(space, gym.spaces.Box) else int(space.n))
+
+
+def make_env_from_config(cfg, *, training: bool = True):
+    """The environment of ``cfg.env``; evaluation (``training=False``) starts without adverse starts."""
+    task = None
+    if cfg.env.task.enabled:
+        task = {
+            "x_squared": cfg.env.task.x_squared,
+            "adverse_starts": cfg.env.task.adverse_starts and training,
+            "shaped_reward": cfg.env.task.shaped_reward,
+            "failure_reward": cfg.env.task.failure_reward,
+        }
+    return make_env(cfg.env.id, kwargs=cfg.env.kwargs, max_episode_steps=cfg.env.max_episode_steps, task=task)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
@@ -333,3 +334,20 @@ class NumpyActorCritic:
     def value(self, obs: np.ndarray) -> np.ndarray:
         h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
         return self.mlp(h, self._value, True)[:, 0]
+
+
+def net_spec(cfg, obs_dim: int, actions) -> NetSpec:
+    """The network of ``cfg.model`` for ``actions`` as :func:`mlxe.envs.factory.env_dims` gives them
+    (the number of Discrete actions, or a 1-D Box space)."""
+    m = cfg.model
+    box = {}
+    if not isinstance(actions, Integral):
+        box = dict(
+            action_low=tuple(float(x) for x in actions.low), action_high=tuple(float(x) for x in actions.high),
+            std=m.std, log_std_init=m.log_std_init,
+        )
+        actions = actions.shape[0]
+    return NetSpec(
+        obs_dim, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
+        **box,
+    )

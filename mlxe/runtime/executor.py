@@ -9,7 +9,6 @@ processes: :func:`executor_loop` runs it behind any :class:`~mlxe.runtime.transp
 from __future__ import annotations
 
 from numbers import Integral
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,65 +16,14 @@ from mlxe.algos.a3c import A3CActor, episode_targets
 from mlxe.algos.returns import nstep_returns
 from mlxe.config import ConfigError
 from mlxe.core import Episode
+from mlxe.envs.factory import env_dims, make_env_from_config
 from mlxe.exploration import make_exploration
-from mlxe.models.actor_critic import NetSpec
+from mlxe.models.actor_critic import net_spec
 from mlxe.runtime.transport.weights import SharedWeights
-
-if TYPE_CHECKING:
-    from gymnasium.spaces import Box
 
 # Steps between looks at the control channel: rare enough to cost nothing, often enough that a
 # pause or stop takes effect within a fraction of a millisecond.
 POLL_EVERY = 64
-
-
-def env_dims(env) -> tuple[int, int | Box]:
-    """(obs_dim, actions) of an environment with a flat Box observation space: ``actions`` is the
-    number of actions (int) of a Discrete action space, or the action space itself if it is a 1-D Box
-    (continuous actions, a Gaussian policy head; :func:`net_spec` reads its bounds)."""
-    import gymnasium as gym
-
-    space = env.action_space
-    if isinstance(space, gym.spaces.Box):
-        if len(space.shape) != 1:
-            raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
-    elif not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
-    shape = env.observation_space.shape
-    if shape is None or len(shape) != 1:
-        raise ConfigError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
-    return int(shape[0]), (space if isinstance(space, gym.spaces.Box) else int(space.n))
-
-
-def make_env_from_config(cfg, *, training: bool = True):
-    """The environment of ``cfg.env``; evaluation (``training=False``) starts without adverse starts."""
-    from mlxe.envs.factory import make_env
-
-    task = None
-    if cfg.env.task.enabled:
-        task = {
-            "x_squared": cfg.env.task.x_squared,
-            "adverse_starts": cfg.env.task.adverse_starts and training,
-            "shaped_reward": cfg.env.task.shaped_reward,
-            "failure_reward": cfg.env.task.failure_reward,
-        }
-    return make_env(cfg.env.id, kwargs=cfg.env.kwargs, max_episode_steps=cfg.env.max_episode_steps, task=task)
-
-
-def net_spec(cfg, obs_dim: int, actions: int | Box) -> NetSpec:
-    """The network of ``cfg.model`` for ``actions`` as :func:`env_dims` gives them (int or Box)."""
-    m = cfg.model
-    box = {}
-    if not isinstance(actions, Integral):
-        box = dict(
-            action_low=tuple(float(x) for x in actions.low), action_high=tuple(float(x) for x in actions.high),
-            std=m.std, log_std_init=m.log_std_init,
-        )
-        actions = actions.shape[0]
-    return NetSpec(
-        obs_dim, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
-        **box,
-    )
 
 
 class Executor:

@@ -19,9 +19,10 @@ import numpy as np
 
 from mlxe import algos
 from mlxe.core import Episode, Field, Policy, Segment, State
+from mlxe.envs.factory import env_dims, make_env_from_config
 from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
-from mlxe.runtime.executor import env_dims, make_env_from_config, net_spec
+from mlxe.models.actor_critic import net_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
 

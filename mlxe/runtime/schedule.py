@@ -34,11 +34,10 @@ from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
-from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.architectures.common import Seeds, context
+from mlxe.models.actor_critic import NetSpec, net_spec
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.executor import net_spec
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
+from mlxe.runtime.setup import Seeds, context
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights

@@ -13,8 +13,9 @@ import mlxe
 from mlxe.algos.a2c import ActorCriticPolicy
 from mlxe.algos.ppo import PPO
 from mlxe.config import load_config
-from mlxe.models.actor_critic import build_torch, flat_weights
-from mlxe.runtime.executor import Executor, env_dims, make_env_from_config, net_spec
+from mlxe.envs.factory import env_dims, make_env_from_config
+from mlxe.models.actor_critic import build_torch, flat_weights, net_spec
+from mlxe.runtime.executor import Executor
 from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
 from mlxe.runtime.trainer import load_checkpoint
 from mlxe.runtime.transport.weights import SharedWeights

@@ -7,8 +7,8 @@ from mlxe.algos.a2c import ActorCriticPolicy
 from mlxe.config import load_config
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import build_torch, flat_weights
-from mlxe.runtime.architectures.common import problem_spec
 from mlxe.runtime.evaluation import evaluate_vectorized
+from mlxe.runtime.setup import problem_spec
 
 
 def always_right(spec) -> ActorCriticPolicy:

@@ -2,12 +2,14 @@ import time
 
 import numpy as np
 
-from mlxe.runtime.executor import Executor, env_dims, net_spec
+from mlxe.envs.factory import env_dims
+from mlxe.models.actor_critic import net_spec
+from mlxe.runtime.executor import Executor
 from mlxe.runtime.transport.weights import SharedWeights
 
 
 def make_executor(cfg, seed=1):
-    from mlxe.runtime.executor import make_env_from_config
+    from mlxe.envs.factory import make_env_from_config
 
     env = make_env_from_config(cfg)
     spec = net_spec(cfg, *env_dims(env))

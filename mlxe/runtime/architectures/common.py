@@ -1,46 +1,14 @@
-"""Set-up shared by the architectures: dimensions, seeds, executor pools, evaluation."""
+"""Set-up shared by A3C's episode architectures: executor pools, evaluation."""
 
 from __future__ import annotations
-
-import multiprocessing as mp
-from dataclasses import dataclass
 
 import numpy as np
 
 from mlxe.config import Config
-from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.executor import Executor, env_dims, executor_loop, make_env_from_config, net_spec
+from mlxe.runtime.executor import Executor, executor_loop
+from mlxe.runtime.setup import Seeds, context
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
-
-
-@dataclass
-class Seeds:
-    """Independent seeds for every role, derived from ``cfg.seed``."""
-
-    learner: int
-    memorizer: int
-    executors: list[int]
-    evaluation: int
-
-    @classmethod
-    def derive(cls, seed: int, executors: int) -> Seeds:
-        children = np.random.SeedSequence(seed).spawn(executors + 3)
-        ints = [int(c.generate_state(1)[0]) for c in children]
-        return cls(ints[0], ints[1], ints[3:], ints[2])
-
-
-def problem_spec(cfg: Config) -> NetSpec:
-    """The network spec of ``cfg`` (builds one environment to read its spaces)."""
-    env = make_env_from_config(cfg)
-    try:
-        return net_spec(cfg, *env_dims(env))
-    finally:
-        env.close()
-
-
-def context(cfg: Config):
-    return mp.get_context(cfg.start_method)
 
 
 def executor_pool(cfg: Config, weights: SharedWeights, seeds: Seeds, states: list | None, threads: bool, sink=None):

@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 
 from mlxe.config import Config
-from mlxe.runtime.architectures.common import Seeds, context, evaluate_weights, executor_pool, problem_spec
+from mlxe.runtime.architectures.common import evaluate_weights, executor_pool
 from mlxe.runtime.learner import Learner
 from mlxe.runtime.memorizer import Memorizer
+from mlxe.runtime.setup import Seeds, context, problem_spec
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
 

@@ -152,7 +152,7 @@ class RolloutActor(Actor):
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
         from mlxe import algos
-        from mlxe.runtime.executor import net_spec
+        from mlxe.models.actor_critic import net_spec
         from mlxe.runtime.rollout import make_vector_env
 
         self.index = index

@@ -27,10 +27,11 @@ import numpy as np
 
 from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.architectures.common import Seeds, evaluate_weights, problem_spec
+from mlxe.runtime.architectures.common import evaluate_weights
 from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
 from mlxe.runtime.ray.server import WeightHistory
 from mlxe.runtime.ray.stats import RunStats
+from mlxe.runtime.setup import Seeds, problem_spec
 from mlxe.runtime.trainer import Trainer
 
 if TYPE_CHECKING:

@@ -1,0 +1,41 @@
+"""What every schedule sets up first: one seed per role, the network spec, the process context."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlxe.config import Config
+from mlxe.envs.factory import env_dims, make_env_from_config
+from mlxe.models.actor_critic import NetSpec, net_spec
+
+
+@dataclass
+class Seeds:
+    """Independent seeds for every role, derived from ``cfg.seed``."""
+
+    learner: int
+    memorizer: int
+    executors: list[int]
+    evaluation: int
+
+    @classmethod
+    def derive(cls, seed: int, executors: int) -> Seeds:
+        children = np.random.SeedSequence(seed).spawn(executors + 3)
+        ints = [int(c.generate_state(1)[0]) for c in children]
+        return cls(ints[0], ints[1], ints[3:], ints[2])
+
+
+def problem_spec(cfg: Config) -> NetSpec:
+    """The network spec of ``cfg`` (builds one environment to read its spaces)."""
+    env = make_env_from_config(cfg)
+    try:
+        return net_spec(cfg, *env_dims(env))
+    finally:
+        env.close()
+
+
+def context(cfg: Config):
+    return mp.get_context(cfg.start_method)
