@@ -79,7 +79,9 @@ class Segment:
     algorithm that bootstraps after a truncation finds the episode's last observation in
     ``final_obs`` [K, *obs], for the K truncated steps at (``final_t`` [K], ``final_env`` [K]).
     ``next_obs`` [E, *obs] follows the segment's last step, and ``state`` is the policy's recurrent
-    state before its first step (None for a feed-forward policy).
+    state before its first step (None for a feed-forward policy). ``restarted``: the Executor's
+    environments were reset before this segment (its first since it was started, resumed or
+    replaced), so no episode continues from its previous segment.
     """
 
     executor: int
@@ -90,6 +92,7 @@ class Segment:
     final_env: np.ndarray
     final_obs: np.ndarray
     state: State = None
+    restarted: bool = False
 
     def __len__(self) -> int:
         """Env steps in the segment (T x E)."""
@@ -113,7 +116,7 @@ class Episode:
     length: int  # steps in the whole episode
     total_return: float  # undiscounted sum of the environment's rewards over the whole episode
     failed: bool  # ended in a terminal state rather than at the step cap
-    weights_version: int  # version of the weights that started the episode
+    weights_version: int  # version of the weights that played its last step
     steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 

@@ -77,6 +77,11 @@ class Config(AlgoConfig):
             raise ConfigError("algo.tau: 0.0 is not allowed; the target would never move (expected (0, 1])")
         if cfg.model.noisy_policy:
             raise ConfigError("model.noisy_policy: not supported with algo.name 'dqn' (exploration is epsilon-greedy)")
+        if cfg.filters.obs:
+            raise ConfigError(
+                "filters.obs: not supported with algo.name 'dqn' (its replay would mix observations normalized "
+                "by statistics that keep moving)"
+            )
 
 
 def epsilon(algo: Config, env_steps: float) -> float:
@@ -174,6 +179,15 @@ def nstep_transitions(
     return transitions, complete
 
 
+def flush(tail: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.ndarray]:
+    """The transitions of a tail's waiting starts, cut at its last step as if the episodes were
+    truncated there: m-step returns, m < n, bootstrapped from the last step's next observation."""
+    cut = dict(tail, truncated=tail["truncated"].copy())
+    cut["truncated"][-1] = True
+    transitions, _ = nstep_transitions(cut, tail["emitted"], n, gamma)
+    return transitions
+
+
 # --------------------------------------------------------------------------- learner
 
 
@@ -223,14 +237,14 @@ class DQN(Algorithm):
         window["next_obs"] = segment.next_observations()
         emitted = np.zeros(s["reward"].shape, bool)
         tail = self.tails.pop(segment.executor, None)
+        if tail is not None and segment.restarted:  # its episodes were cut where the Executor stopped
+            self.insert(flush(tail, self.algo.n_step, self.algo.gamma))
+            tail = None
         if tail is not None:
             window = {k: np.concatenate([tail[k], window[k]]) for k in WINDOW}
             emitted = np.concatenate([tail["emitted"], emitted])
         transitions, complete = nstep_transitions(window, emitted, self.algo.n_step, self.algo.gamma)
-        if len(transitions["action"]):
-            rows = self.replay.add(transitions)
-            if self.priorities is not None:
-                self.priorities.on_add(rows)
+        self.insert(transitions)
         waiting = np.flatnonzero((~complete).any(axis=1))
         if len(waiting):  # from the first step still waiting on, with what was emitted of it
             first = waiting[0]
@@ -238,6 +252,12 @@ class DQN(Algorithm):
         before, self.env_steps = self.env_steps, self.env_steps + len(segment)
         learning = self.env_steps - max(before, self.algo.learning_starts)  # of these steps, after learning_starts
         self.owed += max(0, learning) * self.algo.updates_per_step
+
+    def insert(self, transitions: dict[str, np.ndarray]) -> None:
+        if len(transitions["action"]):
+            rows = self.replay.add(transitions)
+            if self.priorities is not None:
+                self.priorities.on_add(rows)
 
     # -- loss -------------------------------------------------------------------------------------
     def q_values(self, model, obs):
@@ -275,9 +295,9 @@ class DQN(Algorithm):
         import torch
 
         steps = int(self.owed)
-        self.owed -= steps
-        if steps == 0:
+        if steps == 0 or len(self.replay) == 0:  # nothing owed, or no complete n-step transition yet
             return {}
+        self.owed -= steps
         stats = []
         beta = self.algo.priority_beta + progress * (1.0 - self.algo.priority_beta)
         max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
@@ -345,6 +365,8 @@ class DQN(Algorithm):
         self.replay.load_state_dict(state["replay"])
         if self.priorities is not None and state["priorities"]:
             self.priorities.load_state_dict(state["priorities"])
+        elif self.priorities is not None:  # prioritized from this resume on: every stored row at the top
+            self.priorities.on_add(np.arange(len(self.replay)))
         self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
         self.updates, self.env_steps = int(state["updates"]), int(state["env_steps"])
         self.owed = float(state["owed"])

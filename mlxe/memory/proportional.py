@@ -3,7 +3,8 @@
 Row i is drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha, where p_i = |TD error| + eps is
 set after each time the row is trained on and new rows enter at the highest priority seen so far
 (each is trained on at least once soon). The sampling bias is corrected by importance weights
-w_i = (N P(i))^-beta / max_k w_k, with beta annealed towards 1 by the caller.
+w_i = (N P(i))^-beta, divided by the largest weight of the batch (as Dopamine does; Baselines divides
+by the buffer's), with beta annealed towards 1 by the caller.
 
 Sampling is one cumulative sum over the stored rows and a binary search per draw: O(N) per batch in
 vectorized NumPy, which for replay sizes of 10^5 is a fraction of a millisecond (a sum tree would

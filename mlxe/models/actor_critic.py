@@ -35,6 +35,7 @@ from numbers import Integral
 
 import numpy as np
 
+from mlxe.config import ConfigError
 from mlxe.models.noisy import NumpyNoisyLinear
 
 MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
@@ -70,14 +71,14 @@ class NetSpec:
                 f"NetSpec: action bounds need {self.n_actions} values each, got {low.shape} and {high.shape}"
             )
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
-            raise ValueError(
-                f"the Gaussian policy head needs finite action bounds low < high, got low={self.action_low} "
+            raise ConfigError(
+                f"env.id: the Gaussian policy head needs finite action bounds low < high, got low={self.action_low} "
                 f"high={self.action_high}"
             )
         if self.std not in STD_KINDS:
             raise ValueError(f"NetSpec: std {self.std!r} is not one of {', '.join(map(repr, STD_KINDS))}")
         if self.noisy_policy:
-            raise ValueError(
+            raise ConfigError(
                 "model.noisy_policy: NoisyNet policy layers work with Discrete actions only, not with the "
                 "Gaussian head of Box actions"
             )

@@ -96,6 +96,7 @@ class RolloutExecutor:
         self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
         self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current segment
         self.discounted_return = np.zeros(E, np.float64)  # of the reward filter
+        self.restarted = True  # the next segment is the first of these environments
 
     def rollout(
         self, filters: dict | None = None, version: int | None = None
@@ -155,7 +156,10 @@ class RolloutExecutor:
         final_obs = (
             normalize(np.concatenate([o for _, _, o in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
         )
-        segment = Segment(self.index, self.version, steps, normalize(obs), final_t, final_env, final_obs, state0)
+        segment = Segment(
+            self.index, self.version, steps, normalize(obs), final_t, final_env, final_obs, state0, self.restarted
+        )
+        self.restarted = False
         return segment, episodes
 
     def state_dict(self) -> dict:

@@ -129,6 +129,7 @@ def run_local(cfg: Config, trainer: Trainer) -> str:
     """Train on local processes (ISTB: threads) until a stop condition; returns the stop reason."""
     probe = make_vector_env(cfg, 1, 0)
     spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
+    probe.close()
     seeds = Seeds.derive(cfg.seed, cfg.num_executors())
     restored = trainer.restored
     # Executors first: their processes start up while the Learner is built (its first optimizer
@@ -162,7 +163,16 @@ def train(
     if restored is not None:
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})
-    rollouts.publish(learner.weights())
+    published: dict[int, np.ndarray] = {}  # the two newest weight versions: what played the segments in
+
+    def publish() -> None:
+        weights = learner.weights()
+        rollouts.publish(weights)
+        version = max(published, default=0) + 1  # as the transports count: 1, 2, ...
+        published[version] = weights
+        published.pop(version - 2, None)
+
+    publish()
     evaluation_policy = algorithm.make_policy(cfg, spec, seeds.evaluation)
     early: dict[int, Rollout] = {}  # OA: an Executor's next rollout, in before the others' current one
 
@@ -232,14 +242,18 @@ def train(
             if fresh is not None:
                 filters.merge(fresh)
             trainer.env_steps += len(segment)
-        trainer.save_goal(roles)  # before training on: the weights that played the goal episode
+        # before training on: best.pt acts with the weights that played the goal episode (OA: one
+        # version behind the Learner's)
+        goal = [e.weights_version for _, episodes, _ in collected for e in episodes if trainer.is_goal(e)]
+        if goal:
+            trainer.save_goal(lambda: dict(roles(), weights=published.get(goal[0], learner.weights())))
         t1 = time.perf_counter()
         for segment, _, _ in collected:
             learner.observe(segment)
         progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
         before = learner.updates
         info = learner.update(progress)
-        rollouts.publish(learner.weights())
+        publish()
         info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
         rollouts.close_iteration(learner.updates - before, info, evaluate, roles)
     return trainer.finish(roles)

@@ -30,15 +30,15 @@ from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # the layout version; a checkpoint of another one is refused
 
 
 def _to_torch(obj):
     """NumPy arrays -> tensors, recursively, so checkpoints load with ``weights_only=True``."""
     import torch
 
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, np.ndarray):  # torch wants memory it may write: copy read-only views (Ray's)
+        return torch.from_numpy(np.ascontiguousarray(obj) if obj.flags.writeable else obj.copy())
     if isinstance(obj, np.generic):  # a NumPy scalar (e.g. the statistics of a scalar stream)
         return obj.item()
     if isinstance(obj, dict):
@@ -66,6 +66,8 @@ def checkpoint_file(source: str | Path, last: bool = False) -> Path:
     when the run has none: ``last.pt``)."""
     source = Path(source)
     if not source.is_dir():
+        if last:
+            raise ConfigError(f"--last chooses a run directory's last.pt; {source} is a checkpoint file")
         return source
     best = source / "checkpoints" / "best.pt"
     return best if best.is_file() and not last else source / "checkpoints" / "last.pt"
@@ -125,7 +127,8 @@ class Trainer:
             self.wall_before = float(t["wall_s"])
             self.eval_s = float(t.get("eval_s", 0.0))
             self.stats.load_state_dict(t["stats"])
-            self.best = t.get("best")
+            # best.pt may be newer than last.pt (a new best evaluation between periodic checkpoints)
+            self.best = load_checkpoint(self.best_path)["trainer"]["best"] if self.best_path.exists() else None
             self.goal_saved = self.best is not None and self.best["kind"] == "goal_episode"
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
@@ -170,14 +173,18 @@ class Trainer:
         self._stopped = time.monotonic()
 
     # -- reports from the architecture ---------------------------------------------------------------
+    def is_goal(self, episode: Episode) -> bool:
+        """Does ``episode`` last ``stop.goal_episode_length`` steps?"""
+        goal = self.cfg.stop.goal_episode_length
+        return goal is not None and episode.length >= goal
+
     def on_episode(self, episode: Episode, count_steps: bool = True) -> None:
         """Count a finished episode (and its steps, unless the architecture counts steps itself)."""
         self.episodes += 1
         if count_steps:
             self.env_steps += episode.length
         self.stats.add(episode.length, episode.total_return)
-        goal = self.cfg.stop.goal_episode_length
-        if goal is not None and episode.length >= goal:
+        if self.is_goal(episode):
             self.goal_reached = True
         self._episode_rows.append(
             {

@@ -194,7 +194,8 @@ def test_box_actions_are_a_clear_error():
 
 
 def test_update_to_data_ratio_is_per_env_step_whatever_the_executors():
-    learner = DQN(cfg("algo.learning_starts=40", "algo.updates_per_step=0.25", "algo.batch_size=8"), SPEC, 0)
+    learner = DQN(cfg("algo.learning_starts=40", "algo.updates_per_step=0.25", "algo.batch_size=8", "algo.n_step=1"),
+                  SPEC, 0)
     learner.observe(segment(32, E=1))
     assert learner.update(0.0) == {} and learner.updates == 0  # 32 steps < learning_starts
     learner.observe(segment(8, E=1, start=32.0))
@@ -259,7 +260,7 @@ def test_prioritized_sampling_follows_the_priorities_and_weights_correct_it():
 
 def test_prioritized_updates_set_each_trained_row_to_its_td_error():
     learner = DQN(cfg("algo.prioritized=true", "algo.learning_starts=0", "algo.updates_per_step=0.125",
-                      "algo.batch_size=8", "algo.priority_alpha=1.0"), SPEC, 0)
+                      "algo.batch_size=8", "algo.priority_alpha=1.0", "algo.n_step=1"), SPEC, 0)
     learner.observe(segment(16))
     assert (learner.priorities.scaled[:16] == 1.0).all()
     learner.update(0.5)
@@ -289,3 +290,38 @@ def test_config_checks():
         cfg("algo.tau=0")
     with pytest.raises(ConfigError, match=r"model\.noisy_policy: not supported with algo\.name 'dqn'"):
         cfg("model.noisy_policy=true")
+
+
+def test_a_restarted_executor_cuts_the_waiting_starts_instead_of_joining_episodes():
+    """After a resume or an actor replacement the environments start afresh: the starts still waiting
+    on the old segment become returns truncated at its end, never joined onto the new episodes."""
+    learner = DQN(cfg("algo.n_step=3", "algo.gamma=0.5"), SPEC, 0)
+    learner.observe(segment(4))
+    assert len(learner.replay) == 2 and 0 in learner.tails  # steps 2 and 3 wait for their third step
+    fresh = segment(4, start=100.0)
+    fresh.restarted = True
+    learner.observe(fresh)
+    rows = {k: v[: len(learner.replay)] for k, v in learner.replay.data.items()}
+    cut = {float(o[0]): i for i, o in enumerate(rows["obs"])}
+    # step 2: r2 + 0.5 r3, bootstrapped from the old segment's next observation (4.0) with 0.5^2
+    assert rows["ret"][cut[2.0]] == pytest.approx(1.5) and rows["discount"][cut[2.0]] == pytest.approx(0.25)
+    assert rows["next_obs"][cut[2.0]][0] == 4.0 and rows["next_obs"][cut[3.0]][0] == 4.0
+    assert len(learner.replay) == 2 + 2 + 2  # the new segment's own complete starts: 100 and 101
+
+
+def test_no_update_before_a_transition_is_complete():
+    learner = DQN(cfg("algo.n_step=5", "algo.learning_starts=0", "algo.updates_per_step=1"), SPEC, 0)
+    learner.observe(segment(3))  # no start has its 5 steps yet, and no episode ended
+    assert len(learner.replay) == 0 and learner.update(0.0) == {} and learner.updates == 0
+    learner.observe(segment(3, start=3.0))
+    assert learner.update(0.0) and learner.updates == 6  # what was owed is trained once there are rows
+
+
+def test_prioritized_replay_switched_on_at_a_resume_starts_every_row_at_the_top():
+    a = DQN(cfg("algo.learning_starts=0", "algo.batch_size=8"), SPEC, 0)
+    a.observe(segment(16))
+    b = DQN(cfg("algo.learning_starts=0", "algo.batch_size=8", "algo.prioritized=true"), SPEC, 0)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    assert len(b.replay) == 14 and (b.priorities.scaled[:14] == 1.0).all()  # 3-step: the last 2 starts wait
+    b.observe(segment(4, start=16.0))
+    assert np.isfinite(b.update(0.5)["loss"])

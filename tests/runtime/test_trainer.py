@@ -44,6 +44,9 @@ def test_best_pt_of_an_on_policy_run_holds_the_weights_that_played_the_goal_epis
     assert best["trainer"]["env_steps"] == last["trainer"]["env_steps"]
     assert last["learner"]["updates"] - best["learner"]["updates"] == cfg.algo.epochs
     assert not np.array_equal(best["weights"].numpy(), last["weights"].numpy())
+    model = mlxe.models.actor_critic.build_torch(mlxe.runtime.setup.problem_spec(cfg))
+    model.load_state_dict(best["learner"]["main"])  # IS: the Learner saved beside them had not moved yet
+    np.testing.assert_array_equal(best["weights"].numpy(), mlxe.models.actor_critic.flat_weights(model))
 
 
 def test_best_pt_follows_the_best_evaluation(tmp_path):
@@ -72,3 +75,34 @@ def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
     by_default = capsys.readouterr().out
     assert main(["eval", "--last", str(run_dir), "--episodes", "2", "--json"]) == 0
     assert by_default != capsys.readouterr().out  # two different models
+    assert main(["eval", "--last", str(checkpoint_file(run_dir)), "--episodes", "2"]) == 2  # a file: no choice
+    assert "--last chooses a run directory's last.pt" in capsys.readouterr().err
+
+
+def test_a_resume_keeps_the_best_score_of_best_pt_even_when_last_pt_is_older(tmp_path):
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
+        "stop.max_env_steps=1280", "run.checkpoint_every=1000"])  # last.pt only at the end
+    first = mlxe.train(cfg)
+    best = load_checkpoint(checkpoint_file(first.run_dir))["trainer"]["best"]
+    # as if the run had been killed after a best evaluation and before its next periodic last.pt:
+    # last.pt knows of no best yet
+    state = load_checkpoint(first.run_dir)
+    state["trainer"]["best"] = None
+    torch.save(state, first.run_dir / "checkpoints" / "last.pt")
+    more = mlxe.train(overrides=["stop.max_env_steps=1536"], resume=first.run_dir)
+    assert more.summary["best"]["score"] >= best["score"]
+
+
+def test_under_oa_best_pt_acts_with_the_weights_that_played_the_goal_episode(tmp_path):
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=60",
+        "env.max_episode_steps=60", "stop.max_env_steps=60000", "arch=oa", "start_method=fork"])
+    result = mlxe.train(cfg)
+    assert result.summary["stop_reason"] == "goal_episode_length"
+    best = load_checkpoint(checkpoint_file(result.run_dir))
+    model = mlxe.models.actor_critic.build_torch(mlxe.runtime.setup.problem_spec(cfg))
+    model.load_state_dict(best["learner"]["main"])
+    learner_weights = mlxe.models.actor_critic.flat_weights(model)
+    # OA: the goal segment was played one version behind the Learner saved beside it
+    assert not np.array_equal(best["weights"].numpy(), learner_weights)

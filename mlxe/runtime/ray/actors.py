@@ -158,6 +158,7 @@ class RolloutActor(Actor):
         self.index = index
         probe = make_vector_env(cfg, 1, 0)
         size = algos.algorithm(cfg.algo.name).weights_size(cfg, net_spec(cfg, probe.obs_dim, probe.n_actions))
+        probe.close()
         self.weights = ObjectStoreWeights(size)
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
         limit_threads(cfg.torch_threads)
