@@ -246,7 +246,8 @@ def train(
         # version behind the Learner's)
         goal = [e.weights_version for _, episodes, _ in collected for e in episodes if trainer.is_goal(e)]
         if goal:
-            trainer.save_goal(lambda: dict(roles(), weights=published.get(goal[0], learner.weights())))
+            played = published.get(goal[0], learner.weights())
+            trainer.save_goal(lambda played=played: dict(roles(), weights=played))
         t1 = time.perf_counter()
         for segment, _, _ in collected:
             learner.observe(segment)
