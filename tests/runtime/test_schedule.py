@@ -153,10 +153,11 @@ def test_dqn_keeps_its_update_to_data_ratio_and_resumes_with_its_replay(tmp_path
     cfg = dqn_config(tmp_path, f"arch={arch}", "executors=2", "envs_per_executor=2", "rollout.steps=32",
                      "algo.learning_starts=256", "algo.n_step=3", "stop.eval_return=null", "stop.max_env_steps=1024")
     first = mlxe.train(cfg)
-    assert first.summary["env_steps"] == 1024 and first.summary["updates"] == (1024 - 256) // 2
+    ratio = cfg.algo.updates_per_step
+    assert first.summary["env_steps"] == 1024 and first.summary["updates"] == int((1024 - 256) * ratio)
     state = load_checkpoint(first.run_dir)
     assert 1000 <= int(state["learner"]["replay"]["size"]) <= 1024  # the n-step tails wait in the Learner
     assert set(state["learner"]["tails"]) <= {"0", "1"}
     more = mlxe.train(overrides=["stop.max_env_steps=2048"], resume=first.run_dir)
-    assert more.summary["env_steps"] == 2048 and more.summary["updates"] == (2048 - 256) // 2
+    assert more.summary["env_steps"] == 2048 and more.summary["updates"] == int((2048 - 256) * ratio)
     assert int(load_checkpoint(first.run_dir)["learner"]["replay"]["size"]) > 2000
