@@ -90,6 +90,11 @@ def epsilon(algo: Config, env_steps: float) -> float:
     return algo.epsilon_start + fraction * (algo.epsilon_end - algo.epsilon_start)
 
 
+def require_discrete(spec: NetSpec) -> None:
+    if spec.continuous:
+        raise ConfigError("algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+
+
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Q [B, A] = V [B] + A [B, A] - mean_a A."""
     return value[:, None] + advantage - advantage.mean(axis=1, keepdims=True)
@@ -102,10 +107,7 @@ class QPolicy:
     """Epsilon-greedy (or reversed epsilon-greedy) on Q(s, .) of the MLP in NumPy; feed-forward."""
 
     def __init__(self, spec: NetSpec, algo: Config, seed: int, executors: int = 1) -> None:
-        if spec.continuous:
-            raise ConfigError(
-                "algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg"
-            )
+        require_discrete(spec)
         self.weights = np.zeros(spec.num_params(), np.float32)
         self.net = NumpyActorCritic(spec, self.weights)
         self.algo, self.executors = algo, executors
@@ -210,8 +212,7 @@ class DQN(Algorithm):
         from mlxe.models.actor_critic import build_torch
 
         super().__init__(cfg, spec, seed)
-        if spec.continuous:
-            raise ConfigError("algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+        require_discrete(spec)
         torch.manual_seed(seed)
         self.algo: Config = cfg.algo
         self.device = resolve_device(cfg.device)

@@ -83,11 +83,12 @@ class RolloutExecutor:
         self.env = make_vector_env(cfg, cfg.envs_per_executor, seed)
         self.spec = net_spec(cfg, self.env.obs_dim, self.env.n_actions)
         self.weights = weights
-        self.local = np.zeros(weights.size, np.float32)
-        self.version = -1
         algorithm = algos.algorithm(cfg.algo.name)
+        self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
+        self.version = -1
         self.policy: Policy = algorithm.make_policy(cfg, self.spec, seed, executors)
-        self.fields = {**step_fields(self.spec), **algorithm.record(cfg, self.spec)}
+        self.record = algorithm.record(cfg, self.spec)
+        self.fields = {**step_fields(self.spec), **self.record}
         E = self.env.num_envs
         self.obs = self.env.reset()  # raw observations [E, obs_dim]
         self.state = self.policy.initial_state(E)
@@ -128,7 +129,7 @@ class RolloutExecutor:
             seen = self.filters.observe_obs(obs, self.fresh)
             action, extras, self.state = self.policy.act(seen, self.state)
             if t == 0:
-                check_fields(extras, self.fields)
+                check_fields(extras, self.record)
             next_obs, reward, terminated, truncated, final = self.env.step(action)
             ended = terminated | truncated
             learned = self.filters.observe_rewards(reward, self.discounted_return, ended, self.fresh)
@@ -181,14 +182,13 @@ def step_fields(spec) -> dict[str, Field]:
     }
 
 
-def check_fields(extras: dict[str, np.ndarray], fields: dict[str, Field]) -> None:
-    """The policy returned exactly the declared fields, each [E, *shape]: an error naming the field."""
-    declared = {k for k in fields if k not in ("obs", "action", "reward", "terminated", "truncated")}
-    if set(extras) != declared:
-        raise ValueError(f"the policy returned the fields {sorted(extras)}, its algorithm declares {sorted(declared)}")
+def check_fields(extras: dict[str, np.ndarray], record: dict[str, Field]) -> None:
+    """The policy returned exactly the fields its algorithm ``record`` s, each [E, *shape]: an error naming them."""
+    if set(extras) != set(record):
+        raise ValueError(f"the policy returned the fields {sorted(extras)}, its algorithm declares {sorted(record)}")
     for k, v in extras.items():
-        if np.shape(v)[1:] != fields[k].shape:
-            raise ValueError(f"the policy's field {k!r} has shape {np.shape(v)} per step, declared [E, *{fields[k].shape}]")
+        if np.shape(v)[1:] != record[k].shape:
+            raise ValueError(f"the policy's field {k!r} has shape {np.shape(v)} per step, declared [E, *{record[k].shape}]")
 
 
 def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:

@@ -37,8 +37,7 @@ class ObjectStoreWeights:
     newer than what the Executor holds.
     """
 
-    def __init__(self, size: int = 0) -> None:
-        self.size = size  # P, as SharedWeights.size
+    def __init__(self) -> None:
         self.version = 0  # newest version offered
         self._ref = None
 
@@ -151,15 +150,8 @@ class RolloutActor(Actor):
     checkpointed :meth:`state_dict` (the local Executors' format) or None."""
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
-        from mlxe import algos
-        from mlxe.models.actor_critic import net_spec
-        from mlxe.runtime.rollout import make_vector_env
-
         self.index = index
-        probe = make_vector_env(cfg, 1, 0)
-        size = algos.algorithm(cfg.algo.name).weights_size(cfg, net_spec(cfg, probe.obs_dim, probe.n_actions))
-        probe.close()
-        self.weights = ObjectStoreWeights(size)
+        self.weights = ObjectStoreWeights()
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
         limit_threads(cfg.torch_threads)
         if state is not None:
