@@ -22,30 +22,14 @@ class TrainResult:
     summary: dict
 
 
-# A3C's iterative schedules differ only in these two switches; its OA has its own.
-ITERATIVE = {
-    "istb": dict(asynchronous=False, threads=True),
-    "is": dict(asynchronous=False, threads=False),
-    "ia": dict(asynchronous=True, threads=False),
-}
-
-
 def _run(cfg: Config, trainer) -> str:
     if cfg.backend == "ray":  # imported only here: a local run never loads Ray
         from mlxe.runtime.ray.run import run_ray
 
         return run_ray(cfg, trainer)
-    if cfg.algo.runtime == "segments":
-        from mlxe.runtime.schedule import run_local
+    from mlxe.runtime.schedule import run_local
 
-        return run_local(cfg, trainer)
-    if cfg.arch == "oa":
-        from mlxe.runtime.architectures.online import run_online
-
-        return run_online(cfg, trainer)
-    from mlxe.runtime.architectures.iterative import run_iterative
-
-    return run_iterative(cfg, trainer, **ITERATIVE[cfg.arch])
+    return run_local(cfg, trainer)
 
 
 def train(
@@ -117,8 +101,9 @@ def evaluate(
     ``last.pt``) or a checkpoint file. Returns mean/std return, mean/min/max length and the
     per-episode lists.
     """
-    from mlxe.models.actor_critic import build_torch, flat_weights
-    from mlxe.runtime.architectures.common import evaluate_weights
+    from mlxe.algos import algorithm
+    from mlxe.envs.filters import Filters
+    from mlxe.runtime.evaluation import evaluate_vectorized
     from mlxe.runtime.setup import problem_spec
     from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
 
@@ -133,14 +118,6 @@ def evaluate(
     state = load_checkpoint(checkpoint_file(source, last))
     spec = problem_spec(config)
     seed = config.seed if seed is None else seed
-    if config.algo.runtime == "episodes":
-        model = build_torch(spec)
-        model.load_state_dict(state["learner"]["main"])
-        return evaluate_weights(config, flat_weights(model), episodes, seed)
-    from mlxe.algos import algorithm
-    from mlxe.envs.filters import Filters
-    from mlxe.runtime.evaluation import evaluate_vectorized
-
     policy = algorithm(config.algo.name).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with

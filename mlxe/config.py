@@ -78,9 +78,9 @@ class AlgoConfig:
     """What every algorithm's section starts with; ``name`` picks the algorithm's own dataclass
     (a subclass, registered in :mod:`mlxe.algos`), whose fields are the only keys ``algo:`` accepts."""
 
-    # The runtime the algorithm runs on: "segments" (the Executors' T-step segments, every
-    # algorithm of the Algorithm contract) or "episodes" (the study's A3C, whole episodes).
-    runtime: ClassVar[str] = "segments"
+    # The top-level sections besides ``algo`` the algorithm reads (set for another algorithm, they
+    # would be ignored: an error names the changed key).
+    sections: ClassVar[tuple[str, ...]] = ()
 
     name: str = "a3c"
     gamma: float = 0.99  # discount
@@ -145,16 +145,6 @@ class MemoryConfig:
 
 
 @dataclass
-class OnlineConfig:
-    """The OA architecture's rate limit between acting and learning."""
-
-    # An Executor starts an episode only once the Learner has made this many updates since the
-    # Executor's previous episode started (0: never wait). Without it one fast Executor floods the
-    # replay with episodes of a barely trained policy while the per-episode lr decay runs ahead.
-    updates_per_episode: int = 32
-
-
-@dataclass
 class StopConfig:
     goal_episode_length: int | None = 50_000  # stop when one episode lasts this long
     max_episodes: int | None = None
@@ -180,9 +170,9 @@ class RunConfig:
 class RayConfig:
     """The Ray backend (``backend: ray``): where the cluster is, where Executors go, which schedule.
 
-    The Learner and Memorizer stay in the driver process (the machine that runs ``mlxe train`` and
-    holds the run directory); Executors are Ray actors that get the weights from the object store.
-    With ``learner_num_gpus`` > 0 the Learner of a segment algorithm (all but A3C) runs in an actor of its own.
+    The Learner stays in the driver process (the machine that runs ``mlxe train`` and holds the run
+    directory); Executors are Ray actors that get the weights from the object store. With
+    ``learner_num_gpus`` > 0 the Learner runs in an actor of its own.
     """
 
     address: str | None = None  # null: start a local Ray; "auto": the cluster this machine joined; "host:port"
@@ -191,17 +181,19 @@ class RayConfig:
     placement: Literal["pack", "spread"] = "pack"  # placement-group strategy of the Executor actors
     executors_per_node: int | None = None  # k: k Executors on every alive node (replaces `executors`)
     num_cpus: float = 1.0  # CPUs reserved per Executor actor
-    # > 0: the Learner (not A3C's) runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
+    # > 0: the Learner runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
     # places it on a GPU node; use it with device=cuda or auto. 0: the Learner stays in the driver.
     learner_num_gpus: float = 0.0
     max_restarts: int = 3  # per Executor: a dead actor is replaced this many times, then the run fails
-    promote_best: bool = False  # the global weights adopt those that played a new best-return episode (seed 002)
-    # sync (MARO): wait for min_finished_workers results (null: all), then up to max_extra_recv_tries
-    # more, each within extra_recv_timeout seconds; results of older weights are dropped (counted).
+    # async_gradients: the global weights adopt those that played a new best-return episode (the HTTP A3C's master)
+    promote_best: bool = False
+    # sync with arch is (MARO): wait for min_finished_workers units (null: all), then up to
+    # max_extra_recv_tries more, each within extra_recv_timeout seconds; the others' rollouts are
+    # dropped (counted) and those Executors restart their environments.
     min_finished_workers: int | None = None
     max_extra_recv_tries: int = 0
     extra_recv_timeout: float = 0.5
-    # async_experience: episodes played with weights more than max_lag versions old are rejected;
+    # async_experience: rollouts played with weights more than max_lag versions old are rejected;
     # async_gradients with combine=average: so are gradients.
     max_lag: int = 4
     # async_gradients (parameter server): how submitted gradients become updates. fifo: each as it
@@ -222,7 +214,7 @@ class Config:
     arch: Literal["istb", "is", "ia", "oa"] = "is"
     backend: Literal["local", "ray"] = "local"  # ray: Executors are Ray actors, scheduled by ray.mode
     executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
-    envs_per_executor: int = 1  # environments each Executor steps in one batch (not A3C: one each)
+    envs_per_executor: int = 1  # environments each Executor steps in one batch
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
     torch_threads: int = 1  # intra-op threads of each role (torch's and NumPy's BLAS); small models gain nothing from more
     # The Learner's torch device: cpu, cuda, cuda:N, or auto (cuda where torch sees one, else cpu).
@@ -234,16 +226,16 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    online: OnlineConfig = field(default_factory=OnlineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
     ray: RayConfig = field(default_factory=RayConfig)
 
     def num_executors(self) -> int:
-        """Resolved executor count: ``auto`` is one per core (OA: less the Memorizer's and Learner's)."""
+        """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
+        while they play)."""
         if self.executors == "auto":
             cores = os.cpu_count() or 1
-            return max(1, cores - 2 if self.arch == "oa" else cores)
+            return max(1, cores - 1 if self.arch == "oa" else cores)
         return self.executors
 
 
@@ -383,17 +375,14 @@ def _check_ranges(cfg: Config) -> None:
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
     cfg.algo.check(cfg)
-    if cfg.algo.runtime == "segments" and cfg.arch == "ia":
+    from mlxe.algos import algorithm
+
+    if cfg.arch == "ia" and algorithm(cfg.algo.name).iteration != "episode":
         raise ConfigError(
-            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (segments have no episodes to pause); "
-            "expected 'istb', 'is' or 'oa'"
+            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (its iterations are segments, not "
+            "episodes to wait for); expected 'istb', 'is' or 'oa'"
         )
-    if cfg.algo.runtime != "episodes":
-        _check_episode_sections(cfg)
-    if cfg.online.updates_per_episode < 0:
-        raise ConfigError(
-            f"online.updates_per_episode: {cfg.online.updates_per_episode!r} is not allowed; expected an integer >= 0"
-        )
+    _check_sections(cfg)
     if cfg.backend == "ray":
         _check_ray(cfg)
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
@@ -403,15 +392,20 @@ def _check_ranges(cfg: Config) -> None:
         )
 
 
-def _check_episode_sections(cfg: Config) -> None:
-    """``memory`` and ``online`` configure the study's episode replay (A3C): set for another
-    algorithm they would be silently ignored, so they are an error naming the first changed key."""
-    for section, default in (("memory", MemoryConfig()), ("online", OnlineConfig())):
+def _check_sections(cfg: Config) -> None:
+    """A top-level section the algorithm does not read (``memory``: A3C's episode replay) would be
+    silently ignored when changed, so it is an error naming the first changed key."""
+    from mlxe.algos import ALGORITHMS, config_class
+
+    for section, default in (("memory", MemoryConfig()),):
+        if section in cfg.algo.sections:
+            continue
         changed = _changed_keys(to_dict(getattr(cfg, section)), dataclasses.asdict(default), section)
         if changed:
+            readers = [name for name in ALGORITHMS if section in config_class(name).sections]
             raise ConfigError(
                 f"{changed[0]}: not a setting of algo.name {cfg.algo.name!r} (the '{section}' section configures "
-                "a3c's episode replay); remove it"
+                f"{', '.join(readers) or 'no algorithm'}); remove it"
             )
 
 
@@ -427,18 +421,26 @@ def _changed_keys(value: dict, default: dict, prefix: str) -> list[str]:
 
 def _check_ray(cfg: Config) -> None:
     """The Ray backend's combinations and ranges (checked only with ``backend: ray``)."""
-    r = cfg.ray
-    if cfg.algo.runtime == "segments":
-        _check_ray_segments(cfg)
-    elif cfg.arch != "is":
+    r, defaults = cfg.ray, RayConfig()
+    if cfg.arch == "istb":
+        raise ConfigError("arch: 'istb' is not allowed with backend 'ray' (Executors are actors); expected 'is', 'ia' or 'oa'")
+    if r.mode != "sync" and cfg.arch != "is":
         raise ConfigError(
-            f"arch: {cfg.arch!r} is not allowed with backend 'ray' and algo.name 'a3c'; expected 'is' "
-            "(ray.mode chooses the schedule)"
+            f"arch: {cfg.arch!r} is not allowed with ray.mode {r.mode!r}; expected 'is' (ray.mode chooses the schedule)"
         )
-    if r.mode == "async_gradients" and getattr(cfg.algo, "promote_best_every", None) is not None:
+    relaxed = {"min_finished_workers": r.min_finished_workers, "max_extra_recv_tries": r.max_extra_recv_tries}
+    for key, value in relaxed.items():
+        if value != getattr(defaults, key) and (r.mode != "sync" or cfg.arch != "is"):
+            raise ConfigError(
+                f"ray.{key}: {value!r} is not allowed with ray.mode {r.mode!r} and arch {cfg.arch!r}; it relaxes the "
+                "waiting of ray.mode 'sync' with arch 'is'"
+            )
+    if r.mode == "async_gradients":
+        _check_parameter_server(cfg)
+    elif r.promote_best:
         raise ConfigError(
-            "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
-            "use ray.promote_best"
+            f"ray.promote_best: True is not allowed with ray.mode {r.mode!r}; expected false (the parameter server "
+            "of ray.mode 'async_gradients' adopts the best weights)"
         )
     for key in ("num_cpus", "connect_timeout", "extra_recv_timeout", "status_every"):
         if getattr(r, key) <= 0:
@@ -450,12 +452,6 @@ def _check_ray(cfg: Config) -> None:
         value = getattr(r, key)
         if value is not None and value < 1:
             raise ConfigError(f"ray.{key}: {value!r} is not allowed; expected an integer >= 1")
-    if cfg.algo.runtime == "episodes" and r.learner_num_gpus > 0:
-        raise ConfigError(
-            f"ray.learner_num_gpus: {r.learner_num_gpus!r} is not allowed with algo.name {cfg.algo.name!r}; "
-            "expected 0 (A3C's Learner shares the driver with the replay memory and the Trainer; run the "
-            "driver on the GPU node with device=cuda instead)"
-        )
     if r.min_finished_workers is not None and isinstance(cfg.executors, int) and r.executors_per_node is None:
         if r.min_finished_workers > cfg.executors:
             raise ConfigError(
@@ -464,26 +460,30 @@ def _check_ray(cfg: Config) -> None:
             )
 
 
-def _check_ray_segments(cfg: Config) -> None:
-    """The segment algorithms on Ray run the local IS / OA schedule: ``arch`` chooses it, and the
-    A3C schedules' settings do not apply (every segment of an iteration is trained)."""
-    name, r, defaults = cfg.algo.name, cfg.ray, RayConfig()
-    if cfg.arch not in ("is", "oa"):
+def _check_parameter_server(cfg: Config) -> None:
+    """``ray.mode: async_gradients``: the Executors compute the study's A3C gradients on their own
+    replay, the driver applies them (a parameter server, not a Learner)."""
+    name, r = cfg.algo.name, cfg.ray
+    if name != "a3c":
         raise ConfigError(
-            f"arch: {cfg.arch!r} is not allowed with backend 'ray' and algo.name {name!r}; expected 'is' or 'oa'"
+            f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r}; expected algo.name 'a3c' "
+            "(its parameter server), or ray.mode 'sync' or 'async_experience'"
         )
-    if r.mode != "sync":
+    if cfg.envs_per_executor != 1:
         raise ConfigError(
-            f"ray.mode: {r.mode!r} is not allowed with algo.name {name!r}; expected 'sync' "
-            "(async_experience and async_gradients are A3C schedules; arch chooses this one)"
+            f"envs_per_executor: {cfg.envs_per_executor!r} is not allowed with ray.mode 'async_gradients'; "
+            "expected 1 (each Executor plays one episode, then computes its gradients)"
         )
-    for key in ("min_finished_workers", "max_extra_recv_tries", "promote_best"):
-        value, default = getattr(r, key), getattr(defaults, key)
-        if value != default:
-            raise ConfigError(
-                f"ray.{key}: {value!r} is not allowed with algo.name {name!r}; expected {default!r} "
-                "(it applies to A3C's episodes, not to segments)"
-            )
+    if cfg.algo.promote_best_every is not None:
+        raise ConfigError(
+            "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
+            "use ray.promote_best"
+        )
+    if r.learner_num_gpus > 0:
+        raise ConfigError(
+            f"ray.learner_num_gpus: {r.learner_num_gpus!r} is not allowed with ray.mode 'async_gradients'; "
+            "expected 0 (the parameter server runs in the driver: run it on the GPU node with device=cuda)"
+        )
 
 
 def from_dict(data: dict) -> Config:

@@ -23,8 +23,8 @@ Shapes: T steps per segment, E environments per Executor, ``*obs`` the observati
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -75,13 +75,18 @@ class Segment:
     ``steps`` holds [T, E, ...] arrays: ``obs`` (what the policy saw: normalized where the run has an
     observation filter), ``action``, ``reward`` (scaled where it has a reward filter), ``terminated``
     and ``truncated`` (bool), and the fields the algorithm declared. After a step that ended an
-    episode the environment was reset: ``obs[t + 1]`` is the next episode's first observation. An
-    algorithm that bootstraps after a truncation finds the episode's last observation in
-    ``final_obs`` [K, *obs], for the K truncated steps at (``final_t`` [K], ``final_env`` [K]).
+    episode the environment was reset: ``obs[t + 1]`` is the next episode's first observation, and the
+    episode's last observation (what a truncated episode bootstraps from) is in ``final_obs``
+    [K, *obs], for the K steps that ended an episode at (``final_t`` [K], ``final_env`` [K]).
     ``next_obs`` [E, *obs] follows the segment's last step, and ``state`` is the policy's recurrent
     state before its first step (None for a feed-forward policy). ``restarted``: the Executor's
     environments were reset before this segment (its first since it was started, resumed or
     replaced), so no episode continues from its previous segment.
+
+    ``version`` numbers the weights the Learner published since the run (re)started: 1 for the
+    weights published first, then one more after every :meth:`Algorithm.update`. T may be shorter
+    than ``rollout.steps`` when the algorithm's iteration is an episode (the segment then ends where
+    an episode ends).
     """
 
     executor: int
@@ -100,8 +105,8 @@ class Segment:
 
     def next_observations(self) -> np.ndarray:
         """s_{t+1} of every step [T, E, *obs]: the following row, ``next_obs`` after the last step, and
-        the episode's last observation at truncations (after a termination: the reset observation,
-        which a target must not bootstrap from)."""
+        the episode's last observation where an episode ended (after a termination a target must
+        not bootstrap from it)."""
         obs = self.steps["obs"]
         nxt = np.concatenate([obs[1:], self.next_obs[None]], axis=0)
         nxt[self.final_t, self.final_env] = self.final_obs
@@ -110,14 +115,13 @@ class Segment:
 
 @dataclass
 class Episode:
-    """One finished episode as the Trainer counts it; ``steps`` is what an episode runtime stores of it."""
+    """One finished episode as the Trainer counts it (its steps travel in segments)."""
 
     executor: int
     length: int  # steps in the whole episode
     total_return: float  # undiscounted sum of the environment's rewards over the whole episode
     failed: bool  # ended in a terminal state rather than at the step cap
     weights_version: int  # version of the weights that played its last step
-    steps: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
 class Algorithm(ABC):
@@ -131,6 +135,10 @@ class Algorithm(ABC):
     """
 
     Config: ClassVar[type[AlgoConfig]]
+    # When the Learner updates: "segment": once every Executor's next segment is in (T =
+    # ``rollout.steps`` steps); "episode": once every Executor has finished an episode since the
+    # last update, its segments ending where an episode ends (the MLxE study's A3C iteration).
+    iteration: ClassVar[Literal["segment", "episode"]] = "segment"
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
         self.cfg, self.spec, self.seed = cfg, spec, seed

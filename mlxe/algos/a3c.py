@@ -1,22 +1,30 @@
-"""A3C as improved in seed 000 (MLxE): replayed Monte-Carlo returns, one target and one main model.
+"""A3C as improved in the MLxE study: replayed Monte-Carlo returns, one target and one main model.
 
 Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 
-* Acting (Executors, NumPy only): sample from softmax(logits) of the weights of this iteration.
-* Targets (Executors, at the end of an episode): discounted returns G over the episode's stored last
-  steps; the discount is constant (``gamma``) or the seed's distance-to-failure schedule
-  gamma(k) = clip(0.0379 ln k + 0.7983, 0.5, 0.99) for the k-th step before a failure. Episodes cut
-  by the step cap are not failures: they bootstrap from V(s') with ``gamma``.
-* Loss (Learner): mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)).
+* Acting (Executors, NumPy only): softmax(logits) of the published weights, then the exploration
+  policy (softmax sampling, the study's reversed epsilon-greedy, or epsilon-greedy).
+* Iteration: the Learner updates once every Executor has finished an episode (``iteration =
+  "episode"``); under IS each Executor plays exactly one episode per iteration.
+* Targets (Learner, as an episode's last segment arrives): only the episode's last
+  ``memory.keep_last_steps`` steps are kept (a rolling window per environment), so a 50,000-step
+  episode costs the replay no more than a short one. Their discounted returns G use a constant
+  ``gamma`` or the study's distance-to-failure schedule gamma(k) = clip(0.0379 ln k + 0.7983, 0.5,
+  0.99) for the k-th step before a failure. Episodes cut by the step cap are not failures: they
+  bootstrap from V(s') with ``gamma``. With ``td_n`` the value target is the n-step TD target.
+* Replay (:class:`~mlxe.memory.episode_replay.EpisodeReplay`): uniform or three-factor
+  prioritized (age, risk, TD error), re-weighted at every iteration start; V-trace targets there too.
+* Loss: mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)), the policy term optionally
+  corrected for the replayed steps' older behaviour policy (truncated importance weights, V-trace).
 * Update: RAdam, lr = max(lr0 * 0.998^episodes, 1e-6), batches of 128 drawn from replay;
-  updates per iteration = max(min_updates, N // batch + 1) for N stored steps.
-
-The algorithm knows nothing of threads, processes or machines: Executors call
-:class:`A3CActor`, the Learner calls :class:`A3CLearner`, both on arrays.
+  updates per iteration = max(min_updates, N // batch + 1) for N stored steps (MMUF); the target
+  model is frozen at each iteration start; optionally the main model is reset to the best-scoring
+  published weights every ``promote_best_every`` iterations.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -24,10 +32,12 @@ import numpy as np
 
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
-from mlxe.algos.returns import discounted_returns
+from mlxe.algos.returns import discounted_returns, nstep_returns
 from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.envs.cartpole_task import failure_discounts
-from mlxe.exploration import softmax
+from mlxe.exploration import Greedy, make_exploration, softmax
+from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 
 
@@ -42,9 +52,9 @@ class ExplorationConfig:
 
 @dataclass
 class Config(AlgoConfig):
-    """``algo:`` of the study's A3C (its replay is configured by the ``memory`` and ``online`` sections)."""
+    """``algo:`` of the study's A3C (its replay is configured by the ``memory`` section)."""
 
-    runtime: ClassVar[str] = "episodes"
+    sections: ClassVar[tuple[str, ...]] = ("memory",)
 
     name: str = "a3c"
     lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
@@ -61,6 +71,9 @@ class Config(AlgoConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
+        if cfg.filters.obs or cfg.filters.reward:
+            key = "filters.obs" if cfg.filters.obs else "filters.reward"
+            raise ConfigError(f"{key}: not supported by algo.name 'a3c' (its replay stores raw steps); set it to false")
         check_positive("algo.batch_size", self.batch_size)
         if not 0.0 < self.lr_decay <= 1.0:
             raise ConfigError(f"algo.lr_decay: {self.lr_decay!r} is not allowed; expected a value in (0, 1]")
@@ -97,76 +110,208 @@ def episode_targets(
     return discounts, discounted_returns(rewards, discounts, bootstrap_value)
 
 
-class A3CActor:
-    """The acting side: ``act(obs [d]) -> (action, log pi(a|s))`` with the current weights.
+class A3CPolicy:
+    """Acting: softmax(logits) of the MLP in NumPy, then the configured exploration policy; records
+    log pi_behaviour(a|s) for the importance corrections of replayed steps."""
 
-    ``weights`` is the flat float32 vector the Learner publishes; it is read by reference, so the
-    Executor updates the policy by copying new weights into it.
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        if spec.continuous:
+            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+        e = cfg.algo.exploration
+        self.exploration = make_exploration(e.name, e.epsilon, e.decay)
+        self.greedy = Greedy()
+        self.weights = np.zeros(spec.num_params(), np.float32)
+        self.net = NumpyActorCritic(spec, self.weights)
+        self.noisy = spec.noisy_policy
+        self.rng = np.random.default_rng(seed)
+
+    def initial_state(self, n_envs: int) -> State:
+        return None
+
+    def act(self, obs: np.ndarray, state: State = None, greedy: bool = False):
+        if greedy and self.noisy:
+            self.net.noise_off()  # evaluation acts with the mean weights
+        exploration = self.greedy if greedy else self.exploration
+        actions = np.empty(len(obs), np.int64)
+        logp = np.empty(len(obs), np.float32)
+        for i, logits in enumerate(self.net.logits(obs)):  # the exploration policies pick per state
+            probs = softmax(logits)
+            actions[i] = exploration.select(probs, self.rng)
+            logp[i] = np.log(probs[actions[i]])
+        return actions, {"logp": logp}, None
+
+    def load(self, weights: np.ndarray) -> None:
+        np.copyto(self.weights, weights)
+        if self.noisy:
+            self.net.reset_noise(self.rng)  # NoisyNet exploration: new noise with every version
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "exploration": self.exploration.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.exploration.load_state_dict(state["exploration"])
+
+
+class EpisodeWindow:
+    """The last ``keep`` steps of one environment's episode in progress (a ring), and its return."""
+
+    FIELDS = ("obs", "action", "reward", "next_obs", "logp")
+
+    def __init__(self, keep: int, obs_dim: int) -> None:
+        self.keep = keep
+        self.data = {k: np.zeros((keep, obs_dim) if k.endswith("obs") else keep, np.float32) for k in self.FIELDS}
+        self.data["action"] = np.zeros(keep, np.int64)
+        self.length = 0  # steps of the episode so far
+        self.total_return = 0.0
+
+    def extend(self, steps: dict[str, np.ndarray]) -> None:
+        """Append n consecutive steps (each field [n, ...])."""
+        n = len(steps["reward"])
+        self.total_return += float(steps["reward"].sum(dtype=np.float64))
+        keep = min(n, self.keep)
+        rows = (self.length + n - keep + np.arange(keep)) % self.keep
+        for k, v in self.data.items():
+            v[rows] = steps[k][n - keep :]
+        self.length += n
+
+    def last_steps(self) -> dict[str, np.ndarray]:
+        """The stored steps, oldest first (each field [min(length, keep), ...])."""
+        n = min(self.length, self.keep)
+        order = np.arange(self.length - n, self.length) % self.keep
+        return {k: v[order] for k, v in self.data.items()}
+
+
+class BestModel:
+    """Best-model promotion: remember the best-scoring published weights, reset main to them.
+
+    Each published version is snapshotted; an episode scores the version that played its last step
+    (its return; a version's score is the mean). Every ``every`` iterations the main model is reset
+    to the best snapshot so far.
     """
 
-    def __init__(self, spec: NetSpec, weights: np.ndarray, exploration) -> None:
-        self.net = NumpyActorCritic(spec, weights)
-        self.exploration = exploration  # an ``mlxe.exploration`` policy
+    def __init__(self, every: int, keep: int = 16) -> None:
+        self.every = every
+        self.snapshots: deque[tuple[int, dict]] = deque(maxlen=keep)
+        self.scores: dict[int, list[float]] = {}
+        self.best: tuple[float, int, dict] | None = None  # (score, version, state)
 
-    def act(self, obs: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
-        probs = softmax(self.net.logits(obs[None])[0])
-        action = self.exploration.select(probs, rng)
-        return action, float(np.log(probs[action]))
+    def snapshot(self, version: int, model) -> None:
+        self.snapshots.append((version, {k: v.detach().clone() for k, v in model.state_dict().items()}))
 
-    def value(self, obs: np.ndarray) -> float:
-        return float(self.net.value(obs[None])[0])
+    def score(self, version: int, episode_return: float) -> None:
+        owner = [(v, state) for v, state in self.snapshots if v <= version]
+        if not owner:
+            return
+        v, state = owner[-1]
+        scores = self.scores.setdefault(v, [])
+        scores.append(episode_return)
+        mean = float(np.mean(scores))
+        if self.best is None or mean > self.best[0] or self.best[1] == v:  # the best's own mean moves too
+            self.best = (mean, v, state)
+
+    def maybe_promote(self, iteration: int, model) -> bool:
+        if self.best is None or iteration % self.every != 0:
+            return False
+        model.load_state_dict(self.best[2])
+        return True
 
 
-@dataclass
-class LearnerInfo:
-    """What one update reports (means over the batch)."""
-
-    loss: float
-    value_loss: float
-    policy_loss: float
-    entropy: float
-    grad_norm: float
+LOSS_STATS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 
-class A3CLearner:
-    """The learning side: a main model trained on replayed steps, a target model frozen per iteration.
+class A3C(Algorithm):
+    """The learning side: episode windows in, a main model trained on replayed steps, a target model
+    frozen per iteration."""
 
-    ``cfg`` is the ``algo`` section of the run config (:class:`mlxe.config.AlgoConfig`); ``device``
-    the run config's ``device``, where the models and optimizer live (batches arrive and weights
-    leave as NumPy arrays).
-    """
+    Config = Config
+    iteration = "episode"
 
-    def __init__(self, cfg, spec: NetSpec, seed: int, device: str = "cpu") -> None:
+    @classmethod
+    def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
+        return {"logp": Field()}
+
+    @classmethod
+    def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1) -> A3CPolicy:
+        return A3CPolicy(cfg, spec, seed)
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         import torch
 
-        torch.manual_seed(seed)
         from mlxe.models.actor_critic import build_torch
 
-        self.cfg = cfg
-        self.spec = spec
-        self.device = resolve_device(device)
+        super().__init__(cfg, spec, seed)
+        if spec.continuous:
+            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+        self.algo: Config = cfg.algo
+        torch.manual_seed(seed)
+        self.device = resolve_device(cfg.device)
         self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
         self.target = build_torch(spec).to(self.device)
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=cfg.lr, foreach=True)
-        self.updates = 0
+        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True)
+        replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
+        self.replay = EpisodeReplay(
+            cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed
+        )
+        self.keep = cfg.memory.keep_last_steps
+        self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
+        self.windows: dict[tuple[int, int], EpisodeWindow] = {}  # (executor, env) -> episode in progress
+        self.iterations = self.episodes = self.promotions = 0
+        every = self.algo.promote_best_every
+        self.best = BestModel(every) if every is not None else None
+        self._reset_versions()
 
-    # -- schedule ------------------------------------------------------------------------------
-    def learning_rate(self, episodes: int) -> float:
-        return max(self.cfg.lr * self.cfg.lr_decay**episodes, self.cfg.lr_min)
+    def _reset_versions(self) -> None:
+        """Versions count publications from this (re)start: 1 for the weights published first, then
+        one per :meth:`update`. The policy the Learner computes bootstrap values with follows them."""
+        self.version = 1
+        self.acting = NumpyActorCritic(self.spec, self.weights())
+        if self.best is not None:
+            self.best.snapshot(self.version, self.main)
 
-    def begin_iteration(self, episodes: int) -> None:
-        """Freeze the target at the weights that produced this iteration's examples; decay lr."""
-        self.target.load_state_dict(self.main.state_dict())
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate(episodes)
+    # -- targets -------------------------------------------------------------------------------
+    def observe(self, segment: Segment) -> None:
+        """Extend each environment's window; an episode that ended goes into the replay."""
+        if segment.restarted:  # its environments were reset: the episodes in progress are gone
+            self.windows = {key: w for key, w in self.windows.items() if key[0] != segment.executor}
+        steps, next_obs = segment.steps, segment.next_observations()
+        ended = steps["terminated"] | steps["truncated"]
+        for e in range(ended.shape[1]):
+            key = (segment.executor, e)
+            start = 0
+            for t in [*np.flatnonzero(ended[:, e]), None]:
+                stop = len(ended) if t is None else t + 1
+                if stop > start:
+                    window = self.windows.setdefault(key, EpisodeWindow(self.keep, self.spec.obs_dim))
+                    part = {k: steps[k][start:stop, e] for k in ("obs", "action", "reward", "logp")}
+                    window.extend({**part, "next_obs": next_obs[start:stop, e]})
+                if t is not None:
+                    self.finish(self.windows.pop(key), bool(steps["terminated"][t, e]), next_obs[t, e], segment.version)
+                start = stop
 
-    def updates_per_iteration(self, stored_steps: int) -> int:
-        """Minimum-model-updates rule: max(min_updates, N // batch + 1), 0 for an empty memory."""
-        if stored_steps == 0:
-            return 0
-        return max(self.cfg.min_updates, stored_steps // self.cfg.batch_size + 1)
+    def finish(self, window: EpisodeWindow, failed: bool, last_obs: np.ndarray, version: int) -> None:
+        """The episode's stored steps with their targets into the replay."""
+        steps = window.last_steps()
+        n = len(steps["reward"])
+        bootstrap = 0.0 if failed else float(self.acting.value(last_obs[None])[0])
+        discounts, returns = episode_targets(steps["reward"], failed, bootstrap, self.algo.gamma, self.distance_discount)
+        if self.algo.td_n is not None:  # n-step targets from the values of the weights that played
+            returns = nstep_returns(steps["reward"], discounts, self.acting.value(steps["next_obs"]), self.algo.td_n)
+        done = np.zeros(n, np.float32)
+        done[-1] = float(failed)
+        last = np.zeros(n, np.float32)
+        last[-1] = 1.0
+        self.store({**steps, "done": done, "discount": discounts, "ret": returns, "last": last}, window.total_return, version)
+
+    def store(self, steps: dict[str, np.ndarray], total_return: float, version: int) -> None:
+        """One finished episode's stored steps (every field of ``step_layout``) into the replay;
+        its return scores ``version`` for promotion."""
+        self.replay.add(steps)
+        self.episodes += 1
+        if self.best is not None:
+            self.best.score(version, total_return)
 
     # -- loss ----------------------------------------------------------------------------------
     def loss(self, batch: dict[str, np.ndarray]):
@@ -180,25 +325,64 @@ class A3CLearner:
 
         logits, value = self.main(field("obs"))
         logp, entropy = categorical(logits, field("action"))
-        if self.cfg.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
+        if self.algo.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
             target = field("vs")
             advantage = field("pg_adv")
         else:
             target = field("ret")
             advantage = (target - value).detach()
-            if self.cfg.off_policy == "truncated_is":  # replayed steps came from an older policy
+            if self.algo.off_policy == "truncated_is":  # replayed steps came from an older policy
                 rho = torch.exp(logp.detach() - field("logp")).clamp(max=1.0)
                 advantage = advantage * rho
         value_loss = (target - value).pow(2)
         policy_loss = -logp * advantage  # CE(a) * stopgrad(advantage)
-        per_sample = self.cfg.value_coef * value_loss + policy_loss - self.cfg.entropy_coef * entropy
+        per_sample = self.algo.value_coef * value_loss + policy_loss - self.algo.entropy_coef * entropy
         if "weight" in batch:
             per_sample = per_sample * field("weight")
         info = (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
         return per_sample.mean(), info
 
     # -- update --------------------------------------------------------------------------------
-    def update(self, batch: dict[str, np.ndarray]) -> LearnerInfo:
+    def learning_rate(self, episodes: int) -> float:
+        return max(self.algo.lr * self.algo.lr_decay**episodes, self.algo.lr_min)
+
+    def updates_per_iteration(self, stored_steps: int) -> int:
+        """Minimum-model-updates rule: max(min_updates, N // batch + 1), 0 for an empty memory."""
+        if stored_steps == 0:
+            return 0
+        return max(self.algo.min_updates, stored_steps // self.algo.batch_size + 1)
+
+    def begin_iteration(self) -> None:
+        """Freeze the target at the weights that played this iteration's episodes; decay lr."""
+        self.target.load_state_dict(self.main.state_dict())
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(self.episodes)
+
+    def update(self, progress: float) -> dict[str, float]:
+        """One iteration: promote, freeze the target, decay lr, re-weight the replay, then the MMUF
+        number of gradient steps; returns their mean loss terms with ``lr``."""
+        import torch
+
+        if self.best is not None and self.best.maybe_promote(self.iterations, self.main):
+            self.promotions += 1
+        self.begin_iteration()
+        self.replay.begin_iteration(self.iterations, self.weights())
+        stats = [self.step(self.replay.batch()) for _ in range(self.updates_per_iteration(len(self.replay)))]
+        self.iterations += 1
+        self.version += 1
+        self.acting = NumpyActorCritic(self.spec, self.weights())
+        if self.best is not None:
+            self.best.snapshot(self.version, self.main)
+        if not stats:
+            return {}
+        info = dict(zip(LOSS_STATS, torch.stack(stats).mean(dim=0).tolist()))  # one read of the device
+        info["lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.best is not None:
+            info["promotions"] = self.promotions
+        return info
+
+    def step(self, batch: dict[str, np.ndarray]):
+        """One gradient step on ``batch``; returns the LOSS_STATS as one tensor."""
         import torch
 
         if self.spec.noisy_policy:
@@ -206,12 +390,11 @@ class A3CLearner:
         loss, (value_loss, policy_loss, entropy) = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
         self.optimizer.step()
         self.updates += 1
-        # one read of the device for the five numbers
-        return LearnerInfo(*torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm]).tolist())
+        return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -219,12 +402,16 @@ class A3CLearner:
         return flat_weights(self.main)
 
     def state_dict(self) -> dict:
-        """Models, optimizer and counter, tensors on the CPU (a checkpoint resumes on any device)."""
+        """Models, optimizer, replay and counters, tensors on the CPU (a checkpoint resumes on any
+        device). Episodes in progress are not kept: a resumed run's Executors start new ones."""
         return {
             "main": to_cpu(self.main.state_dict()),
             "target": to_cpu(self.target.state_dict()),
             "optimizer": to_cpu(self.optimizer.state_dict()),
+            "replay": self.replay.state_dict(),
             "updates": self.updates,
+            "iterations": self.iterations,
+            "episodes": self.episodes,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -233,4 +420,10 @@ class A3CLearner:
         self.main.load_state_dict(state["main"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
+        self.replay.load_state_dict(state["replay"])
+        self.updates, self.iterations, self.episodes = (int(state[k]) for k in ("updates", "iterations", "episodes"))
+        self.windows = {}
+        self._reset_versions()
+
+
+Algorithm = A3C

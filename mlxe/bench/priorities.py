@@ -30,17 +30,15 @@ def bench_priorities(
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
 ) -> Path:
+    from mlxe.algos.a3c import A3C
     from mlxe.config import load_config
-    from mlxe.core import Episode
-    from mlxe.runtime.learner import Learner
-    from mlxe.runtime.memorizer import Memorizer
     from mlxe.runtime.setup import problem_spec
 
     cfg = load_config(config, [*(overrides or []), "memory.sampler=prioritized"])
     spec = problem_spec(cfg)
     executors = cfg.num_executors()
-    learner = Learner(cfg, spec, seed=0)
-    memorizer = Memorizer(cfg, spec, executors, seed=0)
+    algo = A3C(cfg, spec, seed=0)
+    memorizer = algo.replay
     rng = np.random.default_rng(0)
     capacity, n = memorizer.memory.capacity, cfg.memory.keep_last_steps
     for _ in range(capacity // n):  # whole episode windows, as Executors store them
@@ -49,13 +47,13 @@ def bench_priorities(
         steps.update(obs=states[:-1], next_obs=states[1:], action=rng.integers(0, spec.n_actions, n))
         steps.update(done=np.zeros(n, np.float32), last=np.zeros(n, np.float32))
         steps["done"][-1] = steps["last"][-1] = 1.0
-        memorizer.add(Episode(0, n, 0.0, True, 0, steps))
-    weights = learner.algo.weights()
+        memorizer.add(steps)
+    weights = algo.weights()
     iteration = iter(range(1, 10**9))
     reweight = _median_ms(lambda: memorizer.begin_iteration(next(iteration), weights), repeats)
     batch = _median_ms(memorizer.batch, repeats)
     sample = memorizer.batch()
-    update = _median_ms(lambda: learner.algo.update(sample), repeats)
+    update = _median_ms(lambda: algo.step(sample), repeats)
     factors = ", ".join(cfg.memory.priority.factors)
     lines = [
         f"# Re-weighting a full buffer ({len(memorizer):,} rows = {cfg.memory.capacity_per_executor} x {executors} "

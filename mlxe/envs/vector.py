@@ -38,8 +38,9 @@ class CartPoleVec:
     def _sample_starts(self, n: int) -> np.ndarray:
         return self.rng.uniform(-0.05, 0.05, size=(n, 4))
 
-    def reset(self) -> np.ndarray:
-        """Start every environment; returns obs [num_envs, 4] float32."""
+    def reset(self, seeded: bool = True) -> np.ndarray:
+        """Start every environment; returns obs [num_envs, 4] float32. The starts continue the RNG
+        seeded at construction (``seeded`` is there for the vector-env interface)."""
         self.state[:] = self._sample_starts(self.num_envs)
         self.steps[:] = 0
         return self.state.astype(np.float32)

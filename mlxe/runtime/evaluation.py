@@ -27,7 +27,7 @@ def evaluate_vectorized(
 ) -> dict:
     """Play ``episodes`` greedy episodes with ``policy`` (loaded with the weights to evaluate);
     returns and lengths (raw rewards)."""
-    env = make_vector_env(cfg, episodes, seed)
+    env = make_vector_env(cfg, episodes, seed, training=False)
     returns = np.zeros(episodes, np.float64)
     lengths = np.zeros(episodes, np.int64)
     running = np.ones(episodes, bool)

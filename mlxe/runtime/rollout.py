@@ -27,51 +27,78 @@ from mlxe.runtime.transport.weights import SharedWeights
 
 
 class GymVec:
-    """Any environment of ``cfg.env`` as a Gymnasium ``SyncVectorEnv`` with MLxE's step semantics.
+    """E environments of ``cfg.env`` stepped in turn, with MLxE's step semantics (a Gymnasium
+    ``SyncVectorEnv`` in same-step autoreset mode, without its per-step copies and info merging,
+    which cost more than a CartPole step). Environment i is seeded with ``seed + i`` once.
 
-    ``n_actions`` is what :func:`~mlxe.runtime.executor.env_dims` says: the number of actions of a
+    ``n_actions`` is what :func:`~mlxe.envs.factory.env_dims` says: the number of actions of a
     Discrete space, or the Box itself. Box actions are clipped to the bounds here, so a policy may
     act (and store) unbounded samples, e.g. of a Gaussian.
     """
 
-    def __init__(self, cfg, num_envs: int, seed: int) -> None:
+    def __init__(self, cfg, num_envs: int, seed: int, training: bool = True) -> None:
         import gymnasium as gym
-        from gymnasium.vector import AutoresetMode
 
-        self.env = gym.vector.SyncVectorEnv(
-            [lambda: make_env_from_config(cfg) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP
-        )
+        self.envs = [make_env_from_config(cfg, training=training) for _ in range(num_envs)]
         self.num_envs = num_envs
-        self.obs_dim, self.n_actions = env_dims(self.env.envs[0])
-        space = self.env.single_action_space
+        self.obs_dim, self.n_actions = env_dims(self.envs[0])
+        space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.seed = seed
 
-    def reset(self) -> np.ndarray:
-        obs, _ = self.env.reset(seed=self.seed)
-        return np.asarray(obs, np.float32)
+    def reset(self, seeded: bool = True) -> np.ndarray:
+        """First observations [E, obs_dim]; ``seeded``: from ``seed + i`` (else the environments'
+        RNGs continue)."""
+        seeds = [self.seed + i if seeded else None for i in range(self.num_envs)]
+        return np.stack([np.asarray(env.reset(seed=s)[0], np.float32) for s, env in zip(seeds, self.envs)])
 
     def step(self, actions: np.ndarray):
-        """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> the vector-env step."""
+        """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
+        terminated, truncated, final_obs), each [E, ...]; an environment whose episode ended is reset
+        at once (``obs``: its new first observation, ``final_obs``: the one its episode ended in)."""
         if self.bounds is not None:
             actions = np.clip(actions, *self.bounds)
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        final = np.array(obs, np.float32)
-        ended = info.get("_final_obs")
-        if ended is not None:
-            for i in np.flatnonzero(ended):
-                final[i] = info["final_obs"][i]
-        return np.asarray(obs, np.float32), np.asarray(reward, np.float32), terminated, truncated, final
+        else:
+            actions = actions.tolist()  # Python ints, as a single environment is stepped
+        E = self.num_envs
+        obs = np.empty((E, self.obs_dim), np.float32)
+        reward = np.empty(E, np.float32)
+        terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
+        final = None
+        for i, env in enumerate(self.envs):
+            o, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+            if terminated[i] or truncated[i]:
+                final = obs.copy() if final is None else final
+                final[i] = o
+                o, _ = env.reset()
+            obs[i] = o
+        if final is None:
+            final = obs
+        else:
+            ended = terminated | truncated
+            final[~ended] = obs[~ended]
+        return obs, reward, terminated, truncated, final
+
+    def state_dict(self) -> list[dict]:
+        """Each environment's own checkpointable state (e.g. the CartPole task's episode count)."""
+        return [env.state_dict() if hasattr(env, "state_dict") else {} for env in self.envs]
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        for env, state in zip(self.envs, states):
+            if state:
+                env.load_state_dict(state)
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs:
+            env.close()
 
 
-def make_vector_env(cfg, num_envs: int, seed: int):
-    """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env."""
+def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True):
+    """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env;
+    ``training=False``: evaluation's environments (normal starts)."""
     if cfg.env.id == "CartPole-v1" and not cfg.env.task.enabled and not cfg.env.kwargs:
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
-    return GymVec(cfg, num_envs, seed)
+    return GymVec(cfg, num_envs, seed, training)
 
 
 class RolloutExecutor:
@@ -88,23 +115,33 @@ class RolloutExecutor:
         self.version = -1
         self.policy: Policy = algorithm.make_policy(cfg, self.spec, seed, executors)
         self.record = algorithm.record(cfg, self.spec)
+        self.until_episode_end = algorithm.iteration == "episode"
         self.fields = {**step_fields(self.spec), **self.record}
+        self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
+        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current segment
+        self.start(seeded=True)
+
+    def start(self, seeded: bool = False) -> None:
+        """New episodes in every environment (``seeded``: the first, from the Executor's seed); the
+        episodes in progress, if any, are abandoned."""
         E = self.env.num_envs
-        self.obs = self.env.reset()  # raw observations [E, obs_dim]
+        self.obs = self.env.reset(seeded)  # raw observations [E, obs_dim]
         self.state = self.policy.initial_state(E)
         self.ep_length = np.zeros(E, np.int64)
         self.ep_return = np.zeros(E, np.float64)
-        self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
-        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current segment
         self.discounted_return = np.zeros(E, np.float64)  # of the reward filter
         self.restarted = True  # the next segment is the first of these environments
 
     def rollout(
-        self, filters: dict | None = None, version: int | None = None
+        self, filters: dict | None = None, version: int | None = None, restart: bool = False
     ) -> tuple[Segment, list[Episode], dict | None]:
         """The next segment, the episodes that ended in it, and the statistics of its data (None
         without filters); ``filters``: the run-wide ones; ``version``: the weights to play with
-        (default: the newest)."""
+        (default: the newest); ``restart``: abandon the episodes in progress first (the previous
+        segment was not trained). An algorithm whose iteration is an episode gets a segment that
+        ends where an episode ends (or after ``rollout.steps`` steps)."""
+        if restart:
+            self.start()
         segment, episodes = self.collect(filters, version)
         return segment, episodes, self.fresh.state_dict() if self.filters.enabled else None
 
@@ -115,14 +152,14 @@ class RolloutExecutor:
             self.policy.load(self.local)
 
     def collect(self, filters: dict | None = None, version: int | None = None) -> tuple[Segment, list[Episode]]:
-        """Play T steps in every environment; the segment and the episodes that ended."""
+        """Play T steps in every environment (fewer: see :meth:`rollout`); the segment and the episodes that ended."""
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
         self.fresh = Filters(self.cfg, self.env.obs_dim)
         T, E = self.cfg.rollout.steps, self.env.num_envs
         steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
-        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of truncations
+        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
         episodes: list[Episode] = []
         obs, state0 = self.obs, self.state
         for t in range(T):
@@ -147,8 +184,12 @@ class RolloutExecutor:
                     )
                 self.ep_length[ended], self.ep_return[ended] = 0, 0.0
                 self.state = reset_state(self.state, ended, self.policy)
-                if truncated.any():
-                    finals.append((t, np.flatnonzero(truncated), final[truncated]))
+                finals.append((t, np.flatnonzero(ended), final[ended]))
+                if self.until_episode_end:
+                    T = t + 1
+                    steps = {k: v[:T] for k, v in steps.items()}
+                    obs = next_obs
+                    break
             obs = next_obs
         self.obs = obs
         normalize = self.filters.normalize_obs
@@ -164,10 +205,13 @@ class RolloutExecutor:
         return segment, episodes
 
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict()}
+        envs = self.env.state_dict() if isinstance(self.env, GymVec) else []
+        return {"policy": self.policy.state_dict(), "envs": envs}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
+        if isinstance(self.env, GymVec):
+            self.env.load_state_dict(state["envs"])
 
 
 def step_fields(spec) -> dict[str, Field]:
@@ -202,8 +246,8 @@ def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:
 def rollout_loop(
     channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1
 ) -> None:
-    """A RolloutExecutor behind a channel: ``("rollout", filters, weights version)`` -> ``("rollout",
-    segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
+    """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart)`` ->
+    ``("rollout", segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
     executor = RolloutExecutor(cfg, index, weights, seed, executors)
     if state is not None:
         executor.load_state_dict(state)
@@ -214,6 +258,6 @@ def rollout_loop(
         if msg[0] == "state":
             channel.send(("state", executor.state_dict()))
         elif msg[0] == "rollout":
-            channel.send(("rollout", *executor.rollout(msg[1], msg[2])))
+            channel.send(("rollout", *executor.rollout(*msg[1:])))
         else:
             raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")

@@ -1,19 +1,21 @@
-"""The one schedule of the segment runtime: IS (processes), ISTB (threads) and OA (processes).
+"""The one schedule: every algorithm in every architecture, locally and on Ray.
 
-Each iteration every Executor plays a segment of ``rollout.steps`` steps in each of its
-environments with its algorithm's Policy; the coordinating process hands the segments to the
-Algorithm (``observe``, in executor order), lets it learn (``update``) and publishes its new weights.
-What a segment becomes (an on-policy batch, rows of a replay) and how many gradient steps an
-iteration makes are the algorithm's business; the schedule sees neither a loss nor an optimizer.
+Each iteration the Executors play with their algorithm's Policy; the coordinating process hands
+their segments to the Algorithm (``observe``, in executor order), lets it learn (``update``) and
+publishes its new weights. What a segment becomes (an on-policy batch, rows of a replay, an
+episode's window) and how many gradient steps an iteration makes are the algorithm's business; the
+schedule sees neither a loss nor an optimizer. Which rollouts make an iteration is the
+:class:`~mlxe.runtime.collect.Collector`'s rule, chosen by ``arch`` (and on Ray by ``ray.mode``):
 
 * IS / ISTB (synchronous): an Executor starts its next segment once the new weights are published,
   so every segment is played by the newest policy (PPO's ratio is exactly 1 on the first minibatch).
+* IA: Executors that finished their episode play on until every one has (A3C's iteration).
 * OA (online-asynchronous): an Executor is told to play its next segment as soon as its last one
   has arrived, so acting runs beside learning. Each segment is then played by the weights of one
   version before the ones it trains, which off-policy algorithms do not mind and PPO's ratio to the
-  behaviour policy's stored log-probabilities accounts for (as in APPO). A next segment that is in
-  before another Executor's current one is kept for the next iteration, so every iteration trains
-  one segment of each Executor and a seed replays the same run here too.
+  behaviour policy's stored log-probabilities accounts for (as in APPO).
+* On Ray, MARO's relaxed waiting (``ray.min_finished_workers``) and the asynchronous
+  ``async_experience`` (the first units to arrive, within ``ray.max_lag`` versions).
 
 The schedule (:func:`train`) is written once against a small transport, :class:`Rollouts`:
 :class:`LocalRollouts` (shared memory and a process or thread pool, here) or
@@ -35,6 +37,7 @@ from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
 from mlxe.models.actor_critic import NetSpec, net_spec
+from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.setup import Seeds, context
@@ -43,7 +46,7 @@ from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
 
-POLL_S = 0.2
+POLL_S = 0.2  # how often a waiting coordinator looks at its pool
 
 # Builds the Algorithm from (cfg, spec, seed): what the schedule calls observe, update, weights,
 # updates, state_dict and load_state_dict on.
@@ -63,19 +66,29 @@ class Rollouts(Protocol):
     def publish(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] float32 the version every rollout asked from now on starts with."""
 
-    def ask(self, i: int, filters: dict) -> None:
-        """Start a rollout on Executor ``i``, from the run-wide filter statistics ``filters``."""
+    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
+        """Start a rollout on Executor ``i``, from the run-wide filter statistics ``filters``;
+        ``restart``: from fresh environments (its previous rollout was not trained)."""
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         """The rollouts that arrived within ``timeout`` seconds, as (executor, rollout)."""
+
+    def discard(self, i: int, reason: str) -> None:
+        """A rollout of Executor ``i`` was not trained (``reason``: "dropped" or "rejected")."""
 
     def states(self) -> list:
         """Every Executor's state for a checkpoint, in executor order."""
 
     def close_iteration(
-        self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
+        self,
+        updates: int,
+        info: dict[str, float],
+        evaluate: Callable[[], float],
+        roles: Callable[[], dict],
+        trained: list[Rollout],
     ) -> None:
-        """The Trainer's iteration end (metrics, display, checkpoint), with the transport's own columns."""
+        """The Trainer's iteration end (metrics, display, checkpoint), with the transport's own
+        columns; ``trained``: the rollouts the iteration trained on."""
 
 
 class LocalRollouts:
@@ -99,12 +112,15 @@ class LocalRollouts:
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)
 
-    def ask(self, i: int, filters: dict) -> None:
-        self.pool.send(i, ("rollout", filters, self.weights.version))
+    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
+        self.pool.send(i, ("rollout", filters, self.weights.version, restart))
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         reply = self.pool.recv(timeout)
         return [] if reply is None else [(reply[0], reply[1][1:])]
+
+    def discard(self, i: int, reason: str) -> None:
+        pass  # local Executors are never left out
 
     def states(self) -> list[dict]:
         for i in range(self.n):
@@ -117,7 +133,12 @@ class LocalRollouts:
         return states
 
     def close_iteration(
-        self, updates: int, info: dict[str, float], evaluate: Callable[[], float], roles: Callable[[], dict]
+        self,
+        updates: int,
+        info: dict[str, float],
+        evaluate: Callable[[], float],
+        roles: Callable[[], dict],
+        trained: list[Rollout],
     ) -> None:
         self.trainer.close_iteration(updates, info, evaluate, roles)
 
@@ -137,9 +158,20 @@ def run_local(cfg: Config, trainer: Trainer) -> str:
     states = restored.get("executors") if restored else None
     rollouts = LocalRollouts(cfg, trainer, spec, seeds, states, threads=cfg.arch == "istb")
     try:
-        return train(cfg, trainer, spec, seeds, rollouts, asynchronous=cfg.arch == "oa")
+        return train(cfg, trainer, spec, seeds, rollouts)
     finally:
         rollouts.close()
+
+
+def collection_rule(cfg: Config) -> tuple[Rule, dict]:
+    """The :class:`Collector`'s rule for ``cfg`` (by ``arch``; on Ray also ``ray.mode``) and its settings."""
+    rule: Rule = {"istb": "sync", "is": "sync", "ia": "ia", "oa": "oa"}[cfg.arch]
+    if cfg.backend != "ray":
+        return rule, {}
+    r = cfg.ray
+    if r.mode == "async_experience":
+        return "async", {"max_lag": r.max_lag}
+    return rule, {"need": r.min_finished_workers, "extra_tries": r.max_extra_recv_tries, "extra_timeout": r.extra_recv_timeout}
 
 
 def train(
@@ -148,14 +180,12 @@ def train(
     spec: NetSpec,
     seeds: Seeds,
     rollouts: Rollouts,
-    asynchronous: bool,
     make_learner: LearnerFactory | None = None,
 ) -> str:
-    """The IS (or, ``asynchronous``, OA) schedule over ``rollouts`` until a stop condition; returns
-    the stop reason. The run-wide filters and the evaluation live in this process, and the Algorithm
-    ``make_learner`` builds (default: ``cfg.algo.name``'s, in this process too)."""
+    """The schedule over ``rollouts`` until a stop condition; returns the stop reason. The run-wide
+    filters and the evaluation live in this process, and the Algorithm ``make_learner`` builds
+    (default: ``cfg.algo.name``'s, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
-    n = rollouts.n
     algorithm = algos.algorithm(cfg.algo.name)
     filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's segments
     restored = trainer.restored
@@ -163,61 +193,26 @@ def train(
     if restored is not None:
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})
-    published: dict[int, np.ndarray] = {}  # the two newest weight versions: what played the segments in
+    rule, settings = collection_rule(cfg)
+    collector = Collector(
+        rollouts, rule, algorithm.iteration == "episode", filters.state_dict, lambda: trainer.interrupted, **settings
+    )
+    kept = 2 + settings.get("max_lag", 0)
+    published: dict[int, np.ndarray] = {}  # the newest weight versions: what played the segments in
 
     def publish() -> None:
         weights = learner.weights()
         rollouts.publish(weights)
         version = max(published, default=0) + 1  # as the transports count: 1, 2, ...
         published[version] = weights
-        published.pop(version - 2, None)
+        published.pop(version - kept, None)
+        collector.version = version
 
     publish()
     evaluation_policy = algorithm.make_policy(cfg, spec, seeds.evaluation)
-    early: dict[int, Rollout] = {}  # OA: an Executor's next rollout, in before the others' current one
-
-    def gather(ask: bool = True, again: bool = False) -> list[Rollout]:
-        """Each Executor's rollout (asked first unless ``ask`` is False), in executor order;
-        ``again``: ask each Executor for its next rollout as soon as this one arrives."""
-        if ask:
-            for i in range(n):
-                rollouts.ask(i, filters.state_dict())
-        replies: list = [None] * n
-
-        def take(i: int, rollout: Rollout) -> None:
-            if replies[i] is not None:  # its next rollout, played while another Executor lagged: trained next
-                early[i] = rollout
-                return
-            replies[i] = rollout
-            if again:
-                rollouts.ask(i, filters.state_dict())
-
-        for i in sorted(early):
-            take(i, early.pop(i))
-        while any(r is None for r in replies):
-            for i, rollout in rollouts.replies(POLL_S):
-                take(i, rollout)
-        return replies
-
-    in_flight = False  # OA: every Executor is playing a rollout that was asked for (or has it in ``early``)
-    pending: list | None = None  # rollouts collected to checkpoint the Executors, trained next
-
-    def next_rollouts() -> list[Rollout]:
-        nonlocal in_flight, pending
-        if pending is not None:
-            collected, pending = pending, None
-            if asynchronous:
-                for i in range(n):
-                    rollouts.ask(i, filters.state_dict())
-        else:  # in executor order: an IS seed replays the same run
-            collected = gather(ask=not in_flight, again=asynchronous)
-        in_flight = asynchronous
-        return collected
 
     def roles() -> dict:
-        nonlocal in_flight, pending
-        if in_flight:  # Executors answer one request at a time: take the rollouts first
-            pending, in_flight = gather(ask=False), False
+        collector.drain()
         return {
             "learner": learner.state_dict(),
             "weights": learner.weights(),  # what the policy acts with: `mlxe eval` needs nothing else
@@ -235,7 +230,7 @@ def train(
     budget = cfg.stop.max_env_steps
     while trainer.check_stop() is None:
         t0 = time.perf_counter()
-        collected = next_rollouts()
+        collected = collector.gather()
         for segment, episodes, fresh in collected:
             for episode in episodes:
                 trainer.on_episode(episode, count_steps=False)  # episodes span segments
@@ -256,5 +251,5 @@ def train(
         info = learner.update(progress)
         publish()
         info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
-        rollouts.close_iteration(learner.updates - before, info, evaluate, roles)
+        rollouts.close_iteration(learner.updates - before, info, evaluate, roles, collected)
     return trainer.finish(roles)

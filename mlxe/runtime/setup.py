@@ -17,7 +17,6 @@ class Seeds:
     """Independent seeds for every role, derived from ``cfg.seed``."""
 
     learner: int
-    memorizer: int
     executors: list[int]
     evaluation: int
 
@@ -25,7 +24,7 @@ class Seeds:
     def derive(cls, seed: int, executors: int) -> Seeds:
         children = np.random.SeedSequence(seed).spawn(executors + 3)
         ints = [int(c.generate_state(1)[0]) for c in children]
-        return cls(ints[0], ints[1], ints[3:], ints[2])
+        return cls(ints[0], ints[3:], ints[2])  # child 1 is left unused: no role needs it
 
 
 def problem_spec(cfg: Config) -> NetSpec:

@@ -30,7 +30,7 @@ from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats
 
-CHECKPOINT_FORMAT = 2  # the layout version; a checkpoint of another one is refused
+CHECKPOINT_FORMAT = 3  # the layout version; a checkpoint of another one is refused
 
 
 def _to_torch(obj):
@@ -309,7 +309,7 @@ class Trainer:
 
     # -- outputs -----------------------------------------------------------------------------------
     def save(self, roles: dict) -> None:
-        """Write ``last.pt``: the counters plus ``roles`` (learner, memorizer, executors states)."""
+        """Write ``last.pt``: the counters plus ``roles`` (learner, weights, executors states)."""
         save_checkpoint(self.checkpoint_path, self._checkpoint(roles))
 
     def save_best(self, roles: dict, kind: str, score: float) -> None:

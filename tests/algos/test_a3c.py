@@ -1,4 +1,4 @@
-"""Tests for A3C targets, actor and learner (mlxe.algos.a3c)."""
+"""Tests for the study's A3C (mlxe.algos.a3c): targets, policy, observe, loss, update, checkpoints."""
 
 from __future__ import annotations
 
@@ -10,12 +10,32 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.a3c import A3CActor, A3CLearner, episode_targets
+from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy, episode_targets
 from mlxe.algos.a3c import Config as A3CConfig
-from mlxe.exploration import Greedy, SoftmaxSampling
+from mlxe.config import ConfigError, load_config
+from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
 SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+
+# The main job's config with the algo's plain defaults (no MMUF, no IS correction, softmax
+# sampling, uniform replay, constant gamma) unless a test overrides them.
+PLAIN = [
+    "executors=2",
+    "env.task.enabled=false",
+    "algo.min_updates=0",
+    "algo.off_policy=none",
+    "algo.exploration.name=softmax",
+    "memory.sampler=uniform",
+]
+
+
+def config(*overrides: str):
+    return load_config("configs/cartpole_a3c.yaml", [*PLAIN, *overrides])
+
+
+def learner(*overrides: str, seed: int = 0) -> A3C:
+    return A3C(config(*overrides), SPEC, seed)
 
 
 def make_batch(seed: int, n: int = 6) -> dict[str, np.ndarray]:
@@ -32,16 +52,93 @@ def make_batch(seed: int, n: int = 6) -> dict[str, np.ndarray]:
     }
 
 
-def learner(seed: int = 0, **algo) -> A3CLearner:
-    return A3CLearner(A3CConfig(**algo), SPEC, seed=seed)
-
-
 def params_of(module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.parameters()]
 
 
 def same_params(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# --------------------------------------------------------------------------- hand-built segments
+
+
+def obs_of(step_id: float, env: int) -> np.ndarray:
+    """The observation of a step: (its id, its environment, 0.5): rows can be traced in the replay."""
+    return np.array([step_id, env, 0.5], np.float32)
+
+
+def reward_of(ids):
+    return (1.0 + 0.01 * np.asarray(ids, np.float64)).astype(np.float32)
+
+
+def logp_of(ids):
+    return (-0.1 - 0.001 * np.asarray(ids, np.float64)).astype(np.float32)
+
+
+def segment(
+    ids,
+    next_ids,
+    executor: int = 0,
+    terminated=(),
+    truncated=(),
+    final_ids=None,
+    version: int = 1,
+    restarted: bool = False,
+) -> Segment:
+    """A segment of T steps of E environments whose step (t, e) has id ``ids[t][e]``.
+
+    ``terminated``/``truncated``: the (t, e) that ended an episode; the episode's last observation
+    has id ``final_ids[(t, e)]`` (default: the step's id + 1). ``next_ids`` [E]: the observation
+    after the last step. Action = id % 2, reward and logp are functions of the id.
+    """
+    ids = np.asarray(ids, np.float64)
+    T, E = ids.shape
+    steps = {
+        "obs": np.stack([[obs_of(ids[t, e], e) for e in range(E)] for t in range(T)]),
+        "action": (ids.astype(np.int64) % 2),
+        "reward": reward_of(ids),
+        "terminated": np.zeros((T, E), bool),
+        "truncated": np.zeros((T, E), bool),
+        "logp": logp_of(ids),
+    }
+    for t, e in terminated:
+        steps["terminated"][t, e] = True
+    for t, e in truncated:
+        steps["truncated"][t, e] = True
+    ended = sorted([*terminated, *truncated])
+    final_ids = final_ids or {}
+    final_obs = np.stack([obs_of(final_ids.get((t, e), ids[t, e] + 1), e) for t, e in ended]) if ended else None
+    return Segment(
+        executor=executor,
+        version=version,
+        steps=steps,
+        next_obs=np.stack([obs_of(i, e) for e, i in enumerate(next_ids)]),
+        final_t=np.array([t for t, _ in ended], np.int64),
+        final_env=np.array([e for _, e in ended], np.int64),
+        final_obs=final_obs if ended else np.zeros((0, 3), np.float32),
+        restarted=restarted,
+    )
+
+
+def stored(a3c: A3C) -> dict[str, np.ndarray]:
+    """The replay's rows in insertion order (the tests never wrap the ring)."""
+    n = len(a3c.replay)
+    assert a3c.replay.memory.size == a3c.replay.memory.pos == n
+    return {k: v[:n].copy() for k, v in a3c.replay.memory.data.items()}
+
+
+def windows(a3c: A3C) -> list[dict[str, np.ndarray]]:
+    """The stored episode windows, in insertion order (split at the ``last`` flags)."""
+    rows = stored(a3c)
+    ends = np.flatnonzero(rows["last"]) + 1
+    assert len(ends) == 0 or ends[-1] == len(rows["last"])
+    starts = [0, *ends[:-1]]
+    return [{k: v[s:e] for k, v in rows.items()} for s, e in zip(starts, ends)]
+
+
+def ids_of(window) -> list[int]:
+    return window["obs"][:, 0].astype(np.int64).tolist()
 
 
 # --------------------------------------------------------------------------- episode_targets
@@ -97,6 +194,19 @@ def test_distance_discount_clipped_at_099():
     assert discounts[-2] == pytest.approx(0.7983)
 
 
+# --------------------------------------------------------------------------- construction
+
+
+def test_a3c_needs_discrete_actions():
+    box = NetSpec(
+        obs_dim=3, n_actions=1, trunk=(8,), policy_head=(8,), value_head=(8,), action_low=(-1.0,), action_high=(1.0,)
+    )
+    with pytest.raises(ConfigError, match="Discrete"):
+        A3C(config(), box, 0)
+    with pytest.raises(ConfigError, match="Discrete"):
+        A3C.make_policy(config(), box, 0)
+
+
 # --------------------------------------------------------------------------- schedule
 
 
@@ -121,7 +231,7 @@ def test_updates_per_iteration():
 
 
 def test_updates_per_iteration_min_updates():
-    lrn = learner(min_updates=5, batch_size=10)
+    lrn = learner("algo.min_updates=5", "algo.batch_size=10")
     assert lrn.updates_per_iteration(0) == 0
     assert lrn.updates_per_iteration(3) == 5
     assert lrn.updates_per_iteration(49) == 5
@@ -155,16 +265,16 @@ def test_loss_matches_hand_formula():
 
 def test_loss_uses_coefficients():
     batch = make_batch(2)
-    base = learner(value_coef=0.0, entropy_coef=0.0).loss(batch)[0].item()
-    with_value = learner(value_coef=2.0, entropy_coef=0.0).loss(batch)
-    with_entropy = learner(value_coef=0.0, entropy_coef=1.0).loss(batch)
+    base = learner("algo.value_coef=0.0", "algo.entropy_coef=0.0").loss(batch)[0].item()
+    with_value = learner("algo.value_coef=2.0", "algo.entropy_coef=0.0").loss(batch)
+    with_entropy = learner("algo.value_coef=0.0", "algo.entropy_coef=1.0").loss(batch)
     value_loss, entropy = with_value[1][0].item(), with_entropy[1][2].item()
     assert with_value[0].item() == pytest.approx(base + 2.0 * value_loss, rel=1e-5)
     assert with_entropy[0].item() == pytest.approx(base - entropy, rel=1e-5)
 
 
 def test_policy_term_does_not_train_value_head():
-    lrn = learner(value_coef=0.0, entropy_coef=0.0)
+    lrn = learner("algo.value_coef=0.0", "algo.entropy_coef=0.0")
     loss, _ = lrn.loss(make_batch(3))
     lrn.main.zero_grad(set_to_none=True)
     loss.backward()
@@ -174,43 +284,45 @@ def test_policy_term_does_not_train_value_head():
 
 
 def test_value_term_trains_value_head():
-    lrn = learner(entropy_coef=0.0)
+    lrn = learner("algo.entropy_coef=0.0")
     loss, _ = lrn.loss(make_batch(3))
     lrn.main.zero_grad(set_to_none=True)
     loss.backward()
     assert any(p.grad is not None and torch.count_nonzero(p.grad) > 0 for p in lrn.main.value.parameters())
 
 
-# --------------------------------------------------------------------------- update / target
+# --------------------------------------------------------------------------- step / target
 
 
 def test_begin_iteration_syncs_target_and_sets_lr():
     lrn = learner()
-    lrn.update(make_batch(4))
+    lrn.step(make_batch(4))
     assert not same_params(params_of(lrn.main), params_of(lrn.target))
-    lrn.begin_iteration(10)
+    lrn.episodes = 10
+    lrn.begin_iteration()
     assert same_params(params_of(lrn.main), params_of(lrn.target))
     for group in lrn.optimizer.param_groups:
         assert group["lr"] == pytest.approx(9.8017904335e-05, rel=1e-9)
-    # the target is a copy, not an alias: the next update leaves it alone
+    # the target is a copy, not an alias: the next step leaves it alone
     target_before = params_of(lrn.target)
-    lrn.update(make_batch(5))
+    lrn.step(make_batch(5))
     assert same_params(params_of(lrn.target), target_before)
 
 
-def test_update_changes_main_not_target():
+def test_step_changes_main_not_target():
     lrn = learner()
     main_before, target_before = params_of(lrn.main), params_of(lrn.target)
-    info = lrn.update(make_batch(6))
+    stats = lrn.step(make_batch(6))
     assert all(not torch.equal(a, b) for a, b in zip(params_of(lrn.main), main_before))
     assert same_params(params_of(lrn.target), target_before)
     assert lrn.updates == 1
-    assert math.isfinite(info.loss) and info.grad_norm > 0
+    info = dict(zip(LOSS_STATS, stats.tolist()))
+    assert math.isfinite(info["loss"]) and info["grad_norm"] > 0
 
 
 def test_weights_is_flat_main_copy():
     lrn = learner()
-    lrn.update(make_batch(7))
+    lrn.step(make_batch(7))
     w = lrn.weights()
     assert w.shape == (SPEC.num_params(),) and w.dtype == np.float32
     obs = make_batch(8)["obs"]
@@ -223,25 +335,69 @@ def test_weights_is_flat_main_copy():
     assert np.any(lrn.weights() != 0.0)
 
 
+# --------------------------------------------------------------------------- update (one iteration)
+
+
+def test_update_with_an_empty_replay_makes_no_step():
+    lrn = learner()
+    before = lrn.weights()
+    assert lrn.update(0.0) == {}
+    assert lrn.updates == 0
+    np.testing.assert_array_equal(lrn.weights(), before)
+
+
+def test_update_runs_the_mmuf_number_of_steps_and_reports_lr():
+    lrn = learner("algo.batch_size=4", "memory.keep_last_steps=16")
+    # one episode of 11 steps: 11 // 4 + 1 = 3 gradient steps
+    lrn.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
+    lrn.update(0.0)  # the first iteration syncs the target before stepping
+    assert lrn.updates == 3
+    target_after_first = params_of(lrn.target)
+    acting_before = lrn.acting.flat.copy()
+    info = lrn.update(0.0)
+    assert lrn.updates == 6 and lrn.iterations == 2 and lrn.version == 3
+    assert set(info) == {*LOSS_STATS, "lr"}
+    assert info["lr"] == pytest.approx(1e-4 * 0.998)  # lr from the episodes stored so far (1)
+    assert all(math.isfinite(v) for v in info.values())
+    # the second iteration froze the target at the main model the first one ended with
+    assert not same_params(params_of(lrn.target), target_after_first)
+    # and the Learner's bootstrap values now follow the newly published weights
+    np.testing.assert_array_equal(lrn.acting.flat, lrn.weights())
+    assert not np.array_equal(acting_before, lrn.acting.flat)
+
+
+def test_update_syncs_target_to_main_at_the_iteration_start():
+    lrn = learner("algo.batch_size=64", "memory.keep_last_steps=16")
+    lrn.observe(segment([[i] for i in range(5)], [0], terminated=[(4, 0)]))
+    lrn.step(make_batch(9))  # main moves away from the target
+    main_before = params_of(lrn.main)
+    lrn.update(0.0)
+    assert lrn.updates == 2  # 5 // 64 + 1 = 1 step in the update
+    assert same_params(params_of(lrn.target), main_before)
+
+
 # --------------------------------------------------------------------------- checkpoints
 
 
 def test_state_dict_round_trip_and_same_next_update():
-    a = learner(seed=0)
-    a.begin_iteration(3)
-    a.update(make_batch(10))
-    a.update(make_batch(11))
+    overrides = ("algo.batch_size=4", "memory.keep_last_steps=16", "memory.sampler=prioritized")
+    a = learner(*overrides, seed=0)
+    a.observe(segment([[i, 100 + i] for i in range(9)], [0, 109], terminated=[(8, 0)], truncated=[(5, 1)]))
+    a.update(0.0)
+    a.update(0.0)
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     buf.seek(0)
     state = torch.load(buf, weights_only=False)
 
-    b = learner(seed=123)  # different initial weights
+    b = learner(*overrides, seed=123)  # different initial weights
     assert not np.array_equal(a.weights(), b.weights())
     b.load_state_dict(state)
     np.testing.assert_array_equal(b.weights(), a.weights())
+    np.testing.assert_array_equal(b.acting.flat, a.weights())  # bootstrap values from the restored model
     assert same_params(params_of(b.target), params_of(a.target))
-    assert b.updates == a.updates == 2
+    assert (b.updates, b.iterations, b.episodes) == (a.updates, a.iterations, a.episodes) == (2 * 4, 2, 2)
+    assert len(b.replay) == len(a.replay) == 9 + 6
     sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
     assert sa["param_groups"] == sb["param_groups"]
     assert sa["state"].keys() == sb["state"].keys()
@@ -249,7 +405,8 @@ def test_state_dict_round_trip_and_same_next_update():
         for name, value in sa["state"][k].items():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(sb["state"][k][name])), name
 
-    info_a, info_b = a.update(make_batch(12)), b.update(make_batch(12))
+    # the same next iteration: same priorities, same batches (the replay's RNG travels), same steps
+    info_a, info_b = a.update(0.5), b.update(0.5)
     np.testing.assert_array_equal(b.weights(), a.weights())
     assert info_a == info_b
 
@@ -258,11 +415,19 @@ def test_state_dict_is_snapshot_after_deepcopy():
     a = learner()
     state = copy.deepcopy(a.state_dict())
     before = a.weights()
-    a.update(make_batch(13))
+    a.step(make_batch(13))
     b = learner(seed=5)
     b.load_state_dict(state)
     np.testing.assert_array_equal(b.weights(), before)
     assert b.updates == 0
+
+
+def test_load_state_dict_drops_the_episodes_in_progress():
+    a = learner("memory.keep_last_steps=16")
+    a.observe(segment([[0], [1], [2]], [3]))  # an episode in progress (not in the checkpoint)
+    a.load_state_dict(a.state_dict())
+    a.observe(segment([[3], [4]], [5], terminated=[(1, 0)]))
+    assert [ids_of(w) for w in windows(a)] == [[3, 4]]  # only the steps sent after the restore
 
 
 # --------------------------------------------------------------------------- gradient clipping
@@ -271,81 +436,245 @@ def test_state_dict_is_snapshot_after_deepcopy():
 def test_max_grad_norm_clips():
     bound = 0.05
     # lr 1: RAdam's first step is lr * grad (no adaptive term yet), so the step is the applied gradient
-    clipped, free = learner(max_grad_norm=bound, lr=1.0), learner(lr=1.0)
+    clipped, free = learner(f"algo.max_grad_norm={bound}", "algo.lr=1.0"), learner("algo.lr=1.0")
     start = clipped.weights()
     np.testing.assert_array_equal(start, free.weights())
     batch = make_batch(14)
-    info_c, info_f = clipped.update(batch), free.update(batch)
+    info_c = dict(zip(LOSS_STATS, clipped.step(batch).tolist()))
+    info_f = dict(zip(LOSS_STATS, free.step(batch).tolist()))
 
     # grad_norm is reported before clipping: identical, and above the bound
-    assert info_c.grad_norm == pytest.approx(info_f.grad_norm, rel=1e-6)
-    assert info_c.grad_norm > 4 * bound
+    assert info_c["grad_norm"] == pytest.approx(info_f["grad_norm"], rel=1e-6)
+    assert info_c["grad_norm"] > 4 * bound
     # the gradients the optimizer used were scaled down to the bound
     grads_c = torch.cat([p.grad.flatten() for p in clipped.main.parameters()])
     grads_f = torch.cat([p.grad.flatten() for p in free.main.parameters()])
-    assert grads_f.norm().item() == pytest.approx(info_f.grad_norm, rel=1e-5)
+    assert grads_f.norm().item() == pytest.approx(info_f["grad_norm"], rel=1e-5)
     assert grads_c.norm().item() == pytest.approx(bound, rel=1e-3)
-    torch.testing.assert_close(grads_c, grads_f * (bound / info_f.grad_norm), rtol=1e-4, atol=1e-9)
+    torch.testing.assert_close(grads_c, grads_f * (bound / info_f["grad_norm"]), rtol=1e-4, atol=1e-9)
     # so the applied update is bounded: |step| = lr * bound
     step_c, step_f = clipped.weights() - start, free.weights() - start
-    assert np.linalg.norm(step_f) == pytest.approx(info_f.grad_norm, rel=1e-3)
+    assert np.linalg.norm(step_f) == pytest.approx(info_f["grad_norm"], rel=1e-3)
     assert np.linalg.norm(step_c) == pytest.approx(bound, rel=1e-3)
-    np.testing.assert_allclose(step_c, step_f * (bound / info_f.grad_norm), rtol=1e-2, atol=1e-6)
+    np.testing.assert_allclose(step_c, step_f * (bound / info_f["grad_norm"]), rtol=1e-2, atol=1e-6)
 
 
 def test_no_clipping_by_default():
     assert A3CConfig().max_grad_norm is None
     lrn = learner()
-    info = lrn.update(make_batch(15))
+    assert lrn.algo.max_grad_norm is None
+    info = dict(zip(LOSS_STATS, lrn.step(make_batch(15)).tolist()))
     grads = torch.cat([p.grad.flatten() for p in lrn.main.parameters()])
-    assert grads.norm().item() == pytest.approx(info.grad_norm, rel=1e-5)
+    assert grads.norm().item() == pytest.approx(info["grad_norm"], rel=1e-5)
 
 
-# --------------------------------------------------------------------------- actor
+# --------------------------------------------------------------------------- policy
 
 
-def test_actor_act_valid_action_and_logp():
-    torch.manual_seed(0)
+def policy(*overrides: str, seed: int = 0) -> A3CPolicy:
+    return A3C.make_policy(config(*overrides), SPEC, seed)
+
+
+def test_policy_act_valid_actions_and_logp():
     w = learner(seed=2).weights()
-    actor = A3CActor(SPEC, w, SoftmaxSampling())
+    pol = policy()
+    pol.load(w)
+    assert pol.initial_state(4) is None
     net = NumpyActorCritic(SPEC, w.copy())
-    rng = np.random.default_rng(0)
     obs_rng = np.random.default_rng(1)
     seen = set()
-    for _ in range(50):
-        obs = (obs_rng.standard_normal(3) * 3).astype(np.float32)
-        action, logp = actor.act(obs, rng)
-        assert isinstance(action, int) and action in (0, 1)
-        seen.add(action)
-        l0, l1 = net.logits(obs[None])[0].astype(np.float64)
-        # log softmax by hand for two actions: l_a - log(e^l0 + e^l1)
-        expected = (l0, l1)[action] - math.log(math.exp(l0) + math.exp(l1))
-        assert logp == pytest.approx(expected, abs=1e-6)
-        assert logp <= 0.0
+    for _ in range(10):
+        obs = (obs_rng.standard_normal((5, 3)) * 3).astype(np.float32)
+        actions, fields, state = pol.act(obs, None, False)
+        assert state is None and set(fields) == {"logp"}
+        assert actions.shape == (5,) and actions.dtype == np.int64
+        assert fields["logp"].shape == (5,) and fields["logp"].dtype == np.float32
+        assert set(actions.tolist()) <= {0, 1}
+        seen.update(actions.tolist())
+        for i, action in enumerate(actions):
+            l0, l1 = net.logits(obs[i : i + 1])[0].astype(np.float64)
+            # log softmax by hand for two actions: l_a - log(e^l0 + e^l1)
+            expected = (l0, l1)[action] - math.log(math.exp(l0) + math.exp(l1))
+            assert fields["logp"][i] == pytest.approx(expected, abs=1e-5)
+            assert fields["logp"][i] <= 0.0
     assert seen == {0, 1}
 
 
-def test_actor_follows_weight_updates_in_place():
-    lrn = learner(seed=3)
+def test_policy_follows_load():
+    lrn = learner("algo.lr=0.05", seed=3)
+    pol = policy("algo.exploration.name=epsilon_greedy")
     w = lrn.weights()
-    actor = A3CActor(SPEC, w, SoftmaxSampling())
-    obs = np.array([0.5, -1.0, 2.0], np.float32)
-    before = actor.value(obs)
-    lrn.update(make_batch(16))
-    np.copyto(w, lrn.weights())
-    with torch.no_grad():
-        expected = lrn.main(torch.as_tensor(obs[None]))[1][0].item()
-    assert actor.value(obs) != before
-    assert actor.value(obs) == pytest.approx(expected, abs=1e-5)
+    pol.load(w)
+    obs = np.array([[0.5, -1.0, 2.0], [1.0, 0.3, -0.7]], np.float32)
+
+    def logits_of(flat):
+        return NumpyActorCritic(SPEC, flat).logits(obs)
+
+    np.testing.assert_allclose(pol.net.logits(obs), logits_of(w), atol=1e-6)
+    w[:] = 0.0  # load copies: the caller's array is not the policy's
+    np.testing.assert_allclose(pol.net.logits(obs), logits_of(lrn.weights()), atol=1e-6)
+    before = pol.net.logits(obs)
+    for seed in range(3):
+        lrn.step(make_batch(16 + seed))
+    pol.load(lrn.weights())
+    after = pol.net.logits(obs)
+    assert np.abs(after - before).max() > 1e-4
+    np.testing.assert_allclose(after, logits_of(lrn.weights()), atol=1e-5)
+    # the recorded log-probabilities are those of the loaded weights
+    actions, fields, _ = pol.act(obs, None, False)
+    z = after.astype(np.float64)
+    expected = z[np.arange(2), actions] - np.log(np.exp(z).sum(axis=1))
+    np.testing.assert_allclose(fields["logp"], expected, atol=1e-5)
 
 
-def test_actor_greedy_exploration():
+def test_policy_greedy_picks_the_argmax():
     w = learner(seed=4).weights()
-    actor = A3CActor(SPEC, w, Greedy())
+    pol = policy("algo.exploration.name=epsilon_greedy", "algo.exploration.epsilon=0.9")
+    pol.load(w)
     net = NumpyActorCritic(SPEC, w)
-    obs_rng = np.random.default_rng(2)
-    for _ in range(20):
-        obs = obs_rng.standard_normal(3).astype(np.float32)
-        action, _ = actor.act(obs, np.random.default_rng(0))
-        assert action == int(np.argmax(net.logits(obs[None])[0]))
+    obs = np.random.default_rng(2).standard_normal((40, 3)).astype(np.float32)
+    for _ in range(3):
+        actions, _, _ = pol.act(obs, None, True)
+        np.testing.assert_array_equal(actions, np.argmax(net.logits(obs), axis=1))
+    assert pol.exploration.steps == 0  # greedy acting leaves the exploration schedule alone
+    explored, _, _ = pol.act(obs, None, False)  # with exploration it would not always
+    assert not np.array_equal(explored, np.argmax(net.logits(obs), axis=1))
+    assert pol.exploration.steps == 40
 
+
+def test_policy_state_dict_restores_the_random_streams():
+    w = learner(seed=6).weights()
+    obs = np.random.default_rng(3).standard_normal((8, 3)).astype(np.float32)
+    a = policy("algo.exploration.name=reversed_epsilon_greedy", seed=3)
+    a.load(w)
+    a.act(obs, None, False)
+    state = copy.deepcopy(a.state_dict())
+    first = [a.act(obs, None, False)[0] for _ in range(5)]
+    b = policy("algo.exploration.name=reversed_epsilon_greedy", seed=99)
+    b.load(w)
+    unrestored = [b.act(obs, None, False)[0] for _ in range(5)]
+    assert not all(np.array_equal(x, y) for x, y in zip(first, unrestored))  # the check below is not trivial
+    b.load_state_dict(state)
+    assert b.exploration.state_dict() == state["exploration"]
+    for x, y in zip(first, [b.act(obs, None, False)[0] for _ in range(5)]):
+        np.testing.assert_array_equal(x, y)
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def test_long_episode_over_several_segments_stores_only_its_last_steps():
+    lrn = learner("memory.keep_last_steps=8")
+    # env 0: one episode of 13 steps (ids 0..12) over three segments of 5, terminated at id 12,
+    # then a new episode (ids 0, 1); env 1: ids 100.. without an end
+    env0 = [*range(13), 0, 1]
+    env1 = list(range(100, 115))
+    ids = np.array([env0, env1]).T  # [15, 2]
+    nxt = [[5, 105], [10, 110], [2, 115]]
+    for k in range(3):
+        rows = slice(5 * k, 5 * k + 5)
+        term = [(2, 0)] if k == 2 else []
+        lrn.observe(segment(ids[rows], nxt[k], terminated=term, final_ids={(2, 0): 13}))
+        if k < 2:
+            assert len(lrn.replay) == 0 and lrn.episodes == 0
+    assert lrn.episodes == 1
+    (w,) = windows(lrn)
+    # the stored window is steps 5..12, in order
+    np.testing.assert_array_equal(w["obs"][:, 0], np.arange(5, 13))
+    np.testing.assert_array_equal(w["obs"][:, 1], 0)  # all env 0's
+    # s' continues across the segment boundaries (id 9 -> 10: the first segment's next_obs) and is
+    # the episode's last observation (13, in final_obs) after the terminal step, not the reset one
+    np.testing.assert_array_equal(w["next_obs"][:, 0], np.arange(6, 14))
+    np.testing.assert_array_equal(w["action"], np.arange(5, 13) % 2)
+    np.testing.assert_array_equal(w["reward"], reward_of(np.arange(5, 13)))
+    np.testing.assert_array_equal(w["logp"], logp_of(np.arange(5, 13)))
+    np.testing.assert_array_equal(w["done"], [0, 0, 0, 0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(w["last"], [0, 0, 0, 0, 0, 0, 0, 1])
+    np.testing.assert_allclose(w["discount"], [0.99] * 7 + [0.0])
+    # constant gamma 0.99, terminal: G[-1] = r(12) = 1.12, G[-2] = 1.11 + 0.99 * 1.12 = 2.2188
+    assert w["ret"][-1] == pytest.approx(1.12, rel=1e-6) and w["ret"][-2] == pytest.approx(2.2188, rel=1e-6)
+    _, expected = episode_targets(reward_of(np.arange(5, 13)), True, 0.0, 0.99, False)
+    np.testing.assert_allclose(w["ret"], expected, rtol=1e-6)
+
+
+def test_failed_episode_uses_the_distance_discount_of_the_task():
+    lrn = learner("env.task.enabled=true", "env.task.distance_discount=true", "memory.keep_last_steps=8")
+    lrn.observe(segment([[i] for i in range(5)], [0], terminated=[(4, 0)]))
+    (w,) = windows(lrn)
+    discounts, returns = episode_targets(reward_of(range(5)), True, 0.0, 0.99, True)
+    np.testing.assert_allclose(w["discount"], discounts, rtol=1e-6)
+    np.testing.assert_allclose(w["ret"], returns, rtol=1e-6)
+    assert w["discount"][-2] == pytest.approx(0.7983)
+
+
+def test_truncated_episode_bootstraps_from_the_acting_value_of_final_obs():
+    lrn = learner("algo.lr=0.05", "algo.batch_size=16", "memory.keep_last_steps=16")
+    initial = lrn.weights()
+    lrn.observe(segment([[i] for i in range(6)], [0], terminated=[(5, 0)]))
+    lrn.update(0.0)  # new weights are published: the Learner's acting policy follows them
+    np.testing.assert_array_equal(lrn.acting.flat, lrn.weights())
+    # an episode cut by the step cap at id 33; its last observation (id 50) is in final_obs, the
+    # next row (id 0) is the next episode's first observation
+    lrn.observe(segment([[30], [31], [32], [33], [0]], [1], truncated=[(3, 0)], final_ids={(3, 0): 50}, version=2))
+    _, w = windows(lrn)
+    np.testing.assert_array_equal(w["obs"][:, 0], [30, 31, 32, 33])
+    np.testing.assert_array_equal(w["next_obs"][-1], obs_of(50, 0))
+    assert w["done"].sum() == 0 and w["last"][-1] == 1.0
+    np.testing.assert_allclose(w["discount"], 0.99)
+    net = NumpyActorCritic(SPEC, lrn.weights())
+    v = float(net.value(obs_of(50, 0)[None])[0])
+    # the test tells these apart: the reset observation's value, the initial weights' value
+    assert abs(v - float(net.value(obs_of(0, 0)[None])[0])) > 1e-3
+    assert abs(v - float(NumpyActorCritic(SPEC, initial).value(obs_of(50, 0)[None])[0])) > 1e-3
+    assert w["ret"][-1] == pytest.approx(reward_of(33) + 0.99 * v, abs=1e-5)
+    _, expected = episode_targets(reward_of([30, 31, 32, 33]), False, v, 0.99, False)
+    np.testing.assert_allclose(w["ret"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_terminated_episode_does_not_bootstrap():
+    lrn = learner("memory.keep_last_steps=16")
+    lrn.observe(segment([[30], [31], [32], [0]], [1], terminated=[(2, 0)], final_ids={(2, 0): 50}))
+    (w,) = windows(lrn)
+    assert w["ret"][-1] == reward_of(32)
+    assert w["done"][-1] == 1.0 and w["discount"][-1] == 0.0
+
+
+def test_nstep_targets_use_the_acting_values():
+    lrn = learner("algo.td_n=1", "memory.keep_last_steps=16")
+    lrn.observe(segment([[10], [11], [12], [0]], [1], truncated=[(2, 0)], final_ids={(2, 0): 20}))
+    (w,) = windows(lrn)
+    np.testing.assert_array_equal(w["next_obs"][:, 0], [11, 12, 20])  # the cut episode's last observation
+    next_values = NumpyActorCritic(SPEC, lrn.weights()).value(w["next_obs"])
+    np.testing.assert_allclose(w["ret"], reward_of([10, 11, 12]) + 0.99 * next_values, rtol=1e-5, atol=1e-6)
+
+
+def test_restarted_segment_drops_only_its_executors_episodes():
+    lrn = learner("memory.keep_last_steps=16")
+    # executor 0 (two environments) and executor 1 (one) each have episodes in progress
+    lrn.observe(segment([[0, 10], [1, 11], [2, 12]], [3, 13], executor=0))
+    lrn.observe(segment([[200], [201], [202]], [203], executor=1))
+    # executor 0 was restarted: its environments begin new episodes, which end here
+    lrn.observe(segment([[300, 310], [301, 311]], [0, 0], executor=0, restarted=True, terminated=[(1, 0), (1, 1)]))
+    # executor 1 goes on: its episode continues from its previous segment
+    lrn.observe(segment([[203], [204]], [0], executor=1, terminated=[(1, 0)]))
+    assert [ids_of(w) for w in windows(lrn)] == [[300, 301], [310, 311], [200, 201, 202, 203, 204]]
+    assert lrn.episodes == 3 and len(lrn.replay) == 9
+
+
+def test_episodes_and_replay_grow_with_the_finished_episodes():
+    lrn = learner("memory.keep_last_steps=4")
+    # env 0: ends at t=2 (terminated: ids 0..2) and t=6 (truncated: ids 10..13), then ids 20..22 go on;
+    # env 1: ends at its last step t=9 (terminated, ids 100..109)
+    env0 = [0, 1, 2, 10, 11, 12, 13, 20, 21, 22]
+    env1 = list(range(100, 110))
+    lrn.observe(segment(np.array([env0, env1]).T, [23, 0], terminated=[(2, 0), (9, 1)], truncated=[(6, 0)]))
+    assert lrn.episodes == 3
+    assert len(lrn.replay) == 3 + 4 + 4  # the 10-step episode keeps its last 4 steps
+    assert [ids_of(w) for w in windows(lrn)] == [[0, 1, 2], [10, 11, 12, 13], [106, 107, 108, 109]]
+    assert [w["done"][-1] for w in windows(lrn)] == [1.0, 0.0, 1.0]
+    # env 0's third episode ends in the next segment: 6 steps, the last 4 stored
+    lrn.observe(segment([[23, 0], [24, 1], [25, 2]], [0, 3], terminated=[(2, 0)]))
+    assert lrn.episodes == 4 and len(lrn.replay) == 15
+    assert ids_of(windows(lrn)[-1]) == [22, 23, 24, 25]
+    # env 1's episode in progress (ids 0..2) is not counted
+    assert set(lrn.windows) == {(0, 1)} and lrn.windows[(0, 1)].length == 3

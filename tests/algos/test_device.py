@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from mlxe.algos import algorithm
-from mlxe.algos.a3c import A3CLearner
+from mlxe.algos.a3c import A3C, LOSS_STATS
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.device import resolve_device
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.trainer import _to_torch
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -33,6 +34,16 @@ def on_policy_config(algo: str = "ppo", device: str = "cpu", *overrides: str):
     ppo = ["algo.batch_size=64", "algo.epochs=2"] if algo == "ppo" else []
     return load_config(None, [f"algo.name={algo}", f"device={device}", *ppo,
                               "algo.lr=1e-4", "algo.max_grad_norm=0.5", "algo.entropy_coef=0.01", *overrides])
+
+
+def a3c_config(device: str = "cpu", *overrides: str):
+    """The A3C with the algo's plain defaults (``A3CConfig()``) unless overridden, on ``device``."""
+    return load_config(None, ["algo.name=a3c", "executors=2", f"device={device}", *overrides])
+
+
+def a3c_step(learner: A3C, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    """One gradient step of the A3C; its LOSS_STATS by name."""
+    return dict(zip(LOSS_STATS, learner.step(batch).tolist()))
 
 
 def learn(learner, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
@@ -62,9 +73,9 @@ def a3c_batch(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def roundtrip(state: dict) -> dict:
-    """A state through a checkpoint file, loaded as the Trainer loads it."""
+    """A state through a checkpoint file, saved and loaded as the Trainer does."""
     buf = io.BytesIO()
-    torch.save(state, buf)
+    torch.save(_to_torch(state), buf)
     buf.seek(0)
     return torch.load(buf, map_location="cpu", weights_only=True)
 
@@ -108,7 +119,7 @@ def test_every_learner_refuses_cuda_without_cuda():
     for build in (
         lambda: algorithm("ppo")(on_policy_config("ppo", "cuda"), DISCRETE, 0),
         lambda: algorithm("a2c")(on_policy_config("a2c", "cuda"), DISCRETE, 0),
-        lambda: A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cuda"),
+        lambda: A3C(a3c_config("cuda"), A3C_SPEC, 0),
     ):
         with pytest.raises(ConfigError, match="device: 'cuda' is not available"):
             build()
@@ -126,8 +137,8 @@ def test_cuda_index_past_the_devices_is_a_clear_config_error():
 def test_state_dicts_and_weights_are_cpu_and_numpy():
     ppo = algorithm("ppo")(on_policy_config(), DISCRETE, 0)
     learn(ppo, on_policy_batch(DISCRETE), 0.0)
-    a3c = A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cpu")
-    a3c.update(a3c_batch())
+    a3c = A3C(a3c_config("cpu"), A3C_SPEC, 0)
+    a3c_step(a3c, a3c_batch())
     for learner in (ppo, a3c):
         w = learner.weights()
         assert isinstance(w, np.ndarray) and w.dtype == np.float32
@@ -158,25 +169,30 @@ def test_on_policy_update_on_cuda_matches_cpu(algo, spec):
 @needs_cuda
 @pytest.mark.parametrize("off_policy", ["none", "truncated_is", "vtrace"])
 def test_a3c_update_on_cuda_matches_cpu(off_policy):
-    cfg = A3CConfig(off_policy=off_policy, max_grad_norm=1.0)
-    cpu, gpu = A3CLearner(cfg, A3C_SPEC, 5, device="cpu"), A3CLearner(cfg, A3C_SPEC, 5, device="cuda")
+    overrides = (f"algo.off_policy={off_policy}", "algo.max_grad_norm=1.0")
+    cpu, gpu = A3C(a3c_config("cpu", *overrides), A3C_SPEC, 5), A3C(a3c_config("cuda", *overrides), A3C_SPEC, 5)
+    assert cpu.algo == gpu.algo == A3CConfig(off_policy=off_policy, max_grad_norm=1.0)
     assert next(gpu.target.parameters()).device.type == "cuda"
     for i in range(4):
-        gpu.begin_iteration(i)
-        cpu.begin_iteration(i)
+        for learner in (gpu, cpu):
+            learner.episodes = i  # the lr decays with the finished episodes
+            learner.begin_iteration()
+        assert gpu.optimizer.param_groups[0]["lr"] == cpu.optimizer.param_groups[0]["lr"] == cpu.learning_rate(i)
         batch = a3c_batch(seed=i)
-        assert_close_infos(cpu.update(batch), gpu.update(batch))
+        assert_close_infos(a3c_step(cpu, batch), a3c_step(gpu, batch))
     np.testing.assert_allclose(gpu.weights(), cpu.weights(), rtol=1e-3, atol=1e-5)
+    assert gpu.updates == cpu.updates == 4
 
 
 @needs_cuda
 def test_a3c_learner_trains_on_cuda_with_noisy_layers():
-    learner = A3CLearner(A3CConfig(lr=1e-2), NetSpec(3, 2, (16,), (16,), (16,), noisy_policy=True), 0, device="cuda")
+    learner = A3C(a3c_config("cuda", "algo.lr=1e-2"), NetSpec(3, 2, (16,), (16,), (16,), noisy_policy=True), 0)
+    assert next(learner.main.parameters()).device.type == "cuda"
     batch = a3c_batch()
-    first = learner.update(batch).value_loss
+    first = a3c_step(learner, batch)["value_loss"]
     for _ in range(50):
-        learner.update(batch)
-    assert learner.update(batch).value_loss < first
+        learner.step(batch)
+    assert a3c_step(learner, batch)["value_loss"] < first
     assert learner.weights().dtype == np.float32
 
 
@@ -204,10 +220,13 @@ def test_cuda_state_resumes_on_cpu_and_cpu_state_on_cuda():
 
 @needs_cuda
 def test_a3c_cuda_state_resumes_on_cpu():
-    gpu = A3CLearner(A3CConfig(), A3C_SPEC, 0, device="cuda")
-    gpu.update(a3c_batch())
-    cpu = A3CLearner(A3CConfig(), A3C_SPEC, 1, device="cpu")
-    cpu.load_state_dict(roundtrip(gpu.state_dict()))
+    gpu = A3C(a3c_config("cuda"), A3C_SPEC, 0)
+    a3c_step(gpu, a3c_batch())
+    state = roundtrip(gpu.state_dict())
+    assert all(t.device.type == "cpu" for t in tensors(state))  # nothing of the GPU in the checkpoint
+    cpu = A3C(a3c_config("cpu"), A3C_SPEC, 1)
+    cpu.load_state_dict(state)
     np.testing.assert_array_equal(cpu.weights(), gpu.weights())
+    assert cpu.updates == gpu.updates == 1
     batch = a3c_batch(seed=1)
-    assert_close_infos(cpu.update(batch), gpu.update(batch))
+    assert_close_infos(a3c_step(cpu, batch), a3c_step(gpu, batch))

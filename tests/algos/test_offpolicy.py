@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,9 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlxe.algos.a3c import A3CLearner
+from mlxe.algos.a3c import A3C
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.returns import nstep_returns, td_errors, vtrace
+from mlxe.config import load_config
 from mlxe.models.actor_critic import NetSpec
 
 # --------------------------------------------------------------------------- n-step returns
@@ -154,8 +156,10 @@ SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=
 B = 4
 
 
-def make_learner(**algo) -> A3CLearner:
-    return A3CLearner(A3CConfig(**algo), SPEC, seed=0)
+def make_learner(**algo) -> A3C:
+    """An A3C whose ``algo`` section is ``A3CConfig(**algo)`` (the algo's defaults otherwise)."""
+    cfg = load_config(None, ["algo.name=a3c", "executors=2"])
+    return A3C(dataclasses.replace(cfg, algo=A3CConfig(**algo)), SPEC, seed=0)
 
 
 def make_batch() -> dict[str, np.ndarray]:
@@ -173,7 +177,7 @@ def make_batch() -> dict[str, np.ndarray]:
     }
 
 
-def forward_terms(learner: A3CLearner, batch):
+def forward_terms(learner: A3C, batch):
     """(log pi(a|s) [B], entropy [B], V [B]) from the learner's main model, with grad."""
     logits, value = learner.main(torch.as_tensor(batch["obs"]))
     logp_all = F.log_softmax(logits, dim=-1)
@@ -182,7 +186,7 @@ def forward_terms(learner: A3CLearner, batch):
     return logp, entropy, value
 
 
-def grads(learner: A3CLearner, loss: torch.Tensor) -> list[torch.Tensor]:
+def grads(learner: A3C, loss: torch.Tensor) -> list[torch.Tensor]:
     learner.main.zero_grad(set_to_none=True)
     loss.backward()
     return [p.grad.clone() for p in learner.main.parameters()]

@@ -52,7 +52,7 @@ def test_state_round_trip_and_shape_check():
 def filters_config(*overrides):
     from mlxe.config import load_config
 
-    return load_config(overrides=["filters.obs=true", "filters.reward=true", "algo.gamma=0.9", *overrides])
+    return load_config(overrides=["algo.name=ppo", "filters.obs=true", "filters.reward=true", "algo.gamma=0.9", *overrides])
 
 
 def test_executors_fresh_statistics_merge_into_the_global_ones():

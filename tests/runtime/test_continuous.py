@@ -11,12 +11,13 @@ import torch
 
 import mlxe
 from mlxe.algos.a2c import ActorCriticPolicy
+from mlxe.algos.a3c import A3C
 from mlxe.algos.ppo import PPO
-from mlxe.config import load_config
+from mlxe.config import ConfigError, load_config
 from mlxe.envs.factory import env_dims, make_env_from_config
 from mlxe.models.actor_critic import build_torch, flat_weights, net_spec
-from mlxe.runtime.executor import Executor
 from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
+from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.trainer import load_checkpoint
 from mlxe.runtime.transport.weights import SharedWeights
 
@@ -100,11 +101,18 @@ def test_other_action_spaces_are_clear_errors(space, match):
         env_dims(env)
 
 
-def test_a3c_executor_rejects_box_actions_naming_the_algorithm(make_config):
+def test_a3c_rejects_box_actions_naming_the_algorithm(make_config):
     cfg = make_config("env.id=Pendulum-v1", "env.task.enabled=false")
-    weights = SharedWeights(1)
-    with pytest.raises(ValueError, match=r"algo.name 'a3c'.*Discrete action space.*Box"):
-        Executor(cfg, 0, weights, seed=0)
+    assert cfg.algo.name == "a3c"
+    spec = problem_spec(cfg)
+    assert spec.continuous
+    match = r"algo.name: 'a3c'.*Discrete action space.*Box"
+    with pytest.raises(ConfigError, match=match):  # an Executor, building the A3C's policy
+        RolloutExecutor(cfg, 0, SharedWeights(1), seed=0)
+    with pytest.raises(ConfigError, match=match):
+        A3C.make_policy(cfg, spec, 0)
+    with pytest.raises(ConfigError, match=match):  # the Learner
+        A3C(cfg, spec, 0)
 
 
 def test_actions_are_stored_raw_and_clipped_at_the_env(tmp_path):

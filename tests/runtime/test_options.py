@@ -38,11 +38,11 @@ def test_option_trains_in_oa(make_config, name):
 def test_exploration_schedule_is_carried_in_checkpoints(make_config):
     cfg = make_config("stop.max_episodes=6", "algo.exploration.name=reversed_epsilon_greedy")
     result = mlxe.train(cfg)
-    steps = [e["exploration"]["steps"] for e in load_checkpoint(result.run_dir)["executors"]]
+    steps = [e["policy"]["exploration"]["steps"] for e in load_checkpoint(result.run_dir)["executors"]]
     # each Executor counts its own actions, across episodes
     assert sum(steps) == result.summary["env_steps"] and all(n > 0 for n in steps)
     more = mlxe.train(overrides=["stop.max_episodes=12"], resume=result.run_dir)
-    later = [e["exploration"]["steps"] for e in load_checkpoint(result.run_dir)["executors"]]
+    later = [e["policy"]["exploration"]["steps"] for e in load_checkpoint(result.run_dir)["executors"]]
     assert sum(later) == more.summary["env_steps"]
     assert all(b > a for a, b in zip(steps, later))
 
@@ -50,6 +50,6 @@ def test_exploration_schedule_is_carried_in_checkpoints(make_config):
 def test_prioritized_memory_state_is_checkpointed(make_config):
     cfg = make_config("stop.max_episodes=8", "memory.sampler=prioritized")
     result = mlxe.train(cfg)
-    pri = load_checkpoint(result.run_dir)["memorizer"]["priorities"]
-    stored = len(load_checkpoint(result.run_dir)["memorizer"]["memory"]["data"]["obs"])
+    pri = load_checkpoint(result.run_dir)["learner"]["replay"]["priorities"]
+    stored = len(load_checkpoint(result.run_dir)["learner"]["replay"]["memory"]["data"]["obs"])
     assert len(np.asarray(pri["ages"])) == stored and np.asarray(pri["ages"]).max() >= 1

@@ -1,7 +1,10 @@
 """The Executors as Ray actors: the local Executors behind remote methods, weights from the object store.
 
-* :class:`ExecutorActor` (A3C): the episode :class:`~mlxe.runtime.executor.Executor`;
-* :class:`RolloutActor` (every other algorithm): the vectorized :class:`~mlxe.runtime.rollout.RolloutExecutor`.
+* :class:`RolloutActor` (the schedule of every algorithm): one segment per call;
+* :class:`GradientActor` (the A3C parameter server, ``ray.mode: async_gradients``): an episode
+  into its own replay, then gradients.
+
+Both drive the one Executor, :class:`~mlxe.runtime.rollout.RolloutExecutor`.
 
 The driver publishes each weight version once (``ray.put``) and hands every call the version number
 and the ObjectRef, wrapped in a list so that Ray does not fetch it eagerly: the actor fetches only
@@ -23,7 +26,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mlxe.core import Episode, Segment
-from mlxe.runtime.executor import Executor
 from mlxe.runtime.ray.server import compute_gradient
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.threads import limit_threads
@@ -77,36 +79,32 @@ class Actor:
         return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
 
-class ExecutorActor(Actor):
-    """One Executor: ``play`` an episode (sync, async_experience) or ``step`` (async_gradients).
+class GradientActor(Actor):
+    """An Executor of the A3C parameter server: ``step`` plays an episode into the actor's own
+    replay, or computes a gradient from it, on a :class:`~mlxe.runtime.rollout.RolloutExecutor` with
+    one environment.
 
-    ``executors`` is the run's Executor count (async_gradients splits the minimum-updates rule
-    between them); ``state`` a checkpointed :meth:`state_dict` or None.
+    ``executors`` is the run's Executor count (the minimum-updates rule is split between them);
+    ``state`` a checkpointed :meth:`state_dict` or None.
     """
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
-        self.cfg, self.index, self.executors = cfg, index, executors
+        self.index, self.executors = index, executors
         self.weights = ObjectStoreWeights()
-        self.executor = Executor(cfg, index, self.weights, seed)
-        self.gradients = cfg.ray.mode == "async_gradients"
-        if self.gradients:  # only then does an Executor need torch
-            from mlxe.algos.a3c import A3CLearner
-            from mlxe.runtime.memorizer import Memorizer
+        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
+        from mlxe.algos.a3c import A3C
+        from mlxe.models.actor_critic import NumpyActorCritic
 
-            # The Executor's own share of the replay (capacity_per_executor rows) and a model copy
-            # for the loss; the optimizer that uses the gradients lives on the parameter server.
-            self.memorizer = Memorizer(cfg, self.executor.spec, 1, seed)
-            self.algo = A3CLearner(cfg.algo, self.executor.spec, seed)
-            self.owed = 0  # gradients still to compute from the memory before the next episode
-            self.episodes = 0
-        limit_threads(cfg.torch_threads, torch=self.gradients)
+        # The Executor's own share of the replay (capacity_per_executor rows) and a model copy for
+        # the loss; the optimizer that uses the gradients lives on the parameter server.
+        self.algo = A3C(replace(cfg, executors=1), self.executor.spec, seed)
+        self.algo.acting = NumpyActorCritic(self.executor.spec, self.executor.local)  # targets: the weights that played
+        self.owed = 0  # gradients still to compute from the memory before the next episode
+        self.episodes = 0
+        limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
             self.load_state_dict(state)
 
-    def play(self, version: int, box: list) -> Episode:
-        """Play one episode, starting with the newest of the offered weights (``version``, [ref])."""
-        self.weights.offer(version, box)
-        return self.executor.run()
 
     def step(self, version: int, box: list) -> Episode | Gradient:
         """async_gradients: the next piece of work with weights ``version``.
@@ -118,30 +116,28 @@ class ExecutorActor(Actor):
         """
         self.weights.offer(version, box)
         if self.owed == 0:
-            episode = self.executor.run()
-            self.memorizer.add(episode)
+            episodes: list[Episode] = []
+            while not episodes:  # one episode, with the newest weights offered at its start
+                segment, episodes, _ = self.executor.rollout()
+                self.algo.observe(segment)
             self.episodes += 1
             # The priority exponent anneals with the run's episodes, as on the Learner: n per own episode.
-            self.memorizer.begin_iteration(self.episodes * self.executors, self.executor.local)
-            total = self.algo.updates_per_iteration(len(self.memorizer) * self.executors)
-            self.owed = math.ceil(total / self.executors)
-            return replace(episode, steps={})
-        self.executor.pull_weights()
-        grad, info = compute_gradient(self.algo, self.executor.local, self.memorizer.batch())
+            replay = self.algo.replay
+            replay.begin_iteration(self.episodes * self.executors, self.executor.local)
+            self.owed = math.ceil(self.algo.updates_per_iteration(len(replay) * self.executors) / self.executors)
+            return episodes[0]
+        self.executor.pull_weights(None)
+        grad, info = compute_gradient(self.algo, self.executor.local, self.algo.replay.batch())
         self.owed -= 1
         return Gradient(self.index, self.executor.version, grad, info)
 
     def state_dict(self) -> dict:
-        state = {"executor": self.executor.state_dict()}
-        if self.gradients:
-            state.update(memorizer=self.memorizer.state_dict(), episodes=self.episodes)
-        return state
+        return {"executor": self.executor.state_dict(), "replay": self.algo.replay.state_dict(), "episodes": self.episodes}
 
     def load_state_dict(self, state: dict) -> None:
         self.executor.load_state_dict(state["executor"])
-        if self.gradients and "memorizer" in state:
-            self.memorizer.load_state_dict(state["memorizer"])
-            self.episodes = int(state["episodes"])
+        self.algo.replay.load_state_dict(state["replay"])
+        self.episodes = int(state["episodes"])
 
 
 class RolloutActor(Actor):
@@ -157,11 +153,14 @@ class RolloutActor(Actor):
         if state is not None:
             self.load_state_dict(state)
 
-    def rollout(self, version: int, box: list, filters: dict | None) -> tuple[Segment, list[Episode], dict | None]:
+    def rollout(
+        self, version: int, box: list, filters: dict | None, restart: bool = False
+    ) -> tuple[Segment, list[Episode], dict | None]:
         """One segment with the newest of the offered weights (``version``, [ref]) from the run-wide
-        filter statistics ``filters``: the segment, the episodes that ended, the fresh statistics."""
+        filter statistics ``filters`` (``restart``: from fresh environments): the segment, the
+        episodes that ended, the fresh statistics."""
         self.weights.offer(version, box)
-        return self.executor.rollout(filters)
+        return self.executor.rollout(filters, restart=restart)
 
     def state_dict(self) -> dict:
         return self.executor.state_dict()

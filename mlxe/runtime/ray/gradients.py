@@ -33,22 +33,23 @@ LOSS_KEYS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 def run_async_gradients(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
-    from mlxe.algos.a3c import A3CLearner
+    from mlxe.algos.a3c import A3C
 
     cfg, trainer, pool = run.cfg, run.trainer, run.executors
     limit_threads(cfg.torch_threads, torch=True)
-    algo = A3CLearner(cfg.algo, run.spec, run.seeds.learner)
+    algo = A3C(cfg, run.spec, run.seeds.learner)
     if "learner" in run.restored:
         algo.load_state_dict(run.restored["learner"])
     history = WeightHistory(cfg.ray.dc_history)
     combiner = make_combiner(cfg.ray, history)
     server = ParameterServer(algo, combiner, history)
-    algo.begin_iteration(trainer.episodes)
+    algo.episodes = trainer.episodes
+    algo.begin_iteration()
     run.weights.publish(server.weights(), server.version)
     depth = 2 if cfg.ray.hogwild else 1
 
     def roles() -> dict:
-        return {"learner": algo.state_dict(), "executors": pool.states()}
+        return {"learner": algo.state_dict(), "weights": server.weights(), "executors": pool.states()}
 
     def dispatch() -> None:
         for i in range(run.n):
@@ -78,7 +79,8 @@ def run_async_gradients(run: RayRun) -> str:
         dispatch()
         run.tick()
         if episodes >= run.n:
-            algo.begin_iteration(trainer.episodes)
+            algo.episodes = trainer.episodes
+            algo.begin_iteration()
             info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
             info["lr"] = algo.optimizer.param_groups[0]["lr"]
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)

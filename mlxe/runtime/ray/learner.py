@@ -1,6 +1,6 @@
 """The Learner of a segment algorithm on Ray: in the driver (default), or in an actor of its own with GPUs.
 
-With ``ray.learner_num_gpus: g`` > 0 the Algorithm (any but A3C) leaves the driver for a
+With ``ray.learner_num_gpus: g`` > 0 the Algorithm leaves the driver for a
 :class:`LearnerActor` that reserves g GPUs and :data:`~.backend.LEARNER_CPUS` CPU in a placement
 group of its own (:class:`LearnerSlot`, reserved before the Executors' bundles), so Ray puts it on
 a node with a GPU. Inside it is the same Learner, built with ``cfg.device``: use ``cuda`` or

@@ -1,11 +1,11 @@
 """``backend: ray``: connect, place the Executor actors, run the schedule.
 
-The three boundaries hold as on the local backend: the algorithm (:mod:`mlxe.algos.a3c`, the
-Learner, the Memorizer; every other algorithm's :class:`~mlxe.core.Algorithm`) is the same code;
-each A3C ``ray.mode`` is a schedule in its own module (:mod:`.sync`, :mod:`.experience`,
-:mod:`.gradients`), and the segment algorithms run the local IS / OA schedule itself
-(:mod:`.rollouts`); the transport is Ray (actors for
-the Executors, the object store for the weights). :func:`ray_run` is the set-up every schedule
+The three boundaries hold as on the local backend: the algorithm (every
+:class:`~mlxe.core.Algorithm`) is the same code; the schedule is the local one
+(:func:`~mlxe.runtime.schedule.train` over :mod:`.rollouts`) for ``ray.mode`` ``sync`` and
+``async_experience``, and the study's A3C parameter server (:mod:`.gradients`) for
+``async_gradients``; the transport is Ray (actors for the Executors, the object store for the
+weights). :func:`ray_run` is the set-up every schedule
 shares. The driver process, where ``mlxe train`` runs, keeps the Learner (or the parameter server),
 the Trainer and the run directory, so checkpoints and ``--resume`` work exactly as locally; with
 ``ray.learner_num_gpus`` > 0 a segment algorithm's Learner runs in an actor of its own (:mod:`.learner`).
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.architectures.common import evaluate_weights
-from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
-from mlxe.runtime.ray.server import WeightHistory
+from mlxe.runtime.evaluation import evaluate_vectorized
+from mlxe.runtime.ray.actors import GradientActor, RolloutActor
 from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.setup import Seeds, problem_spec
 from mlxe.runtime.trainer import Trainer
@@ -43,20 +43,17 @@ POLL_S = 0.2  # how often a waiting driver looks at Ctrl-C, the wall-time limit 
 
 class Publisher:
     """Versioned weights in the object store: ``publish(vector) -> version`` (one ``ray.put``),
-    ``latest() -> (version, [ref])``. Keeps the last ``keep`` vectors for best-score promotion."""
+    ``latest() -> (version, [ref])``."""
 
-    def __init__(self, keep: int = 0) -> None:
+    def __init__(self) -> None:
         self.version = 0
         self._box: list = [None]
-        self.history = WeightHistory(keep) if keep else None
 
     def publish(self, vector: np.ndarray, version: int | None = None) -> int:
         import ray
 
         self.version = self.version + 1 if version is None else version
         self._box = [ray.put(vector)]  # a new list: calls already sent keep the ref they were given
-        if self.history is not None:
-            self.history.add(self.version, vector)
         return self.version
 
     def latest(self) -> tuple[int, list]:
@@ -96,27 +93,14 @@ class RayRun:
         self.trainer.close_iteration(updates, info, evaluate, roles)
         self.stats.write(self.trainer)
 
-    def learner_and_memorizer(self):
-        """The driver's Learner and Memorizer (restored from the checkpoint, if any), with the
-        Learner's weights published as the first version."""
-        from mlxe.runtime.learner import Learner
-        from mlxe.runtime.memorizer import Memorizer
-
-        learner = Learner(self.cfg, self.spec, self.seeds.learner)
-        memorizer = Memorizer(self.cfg, self.spec, self.n, self.seeds.memorizer)
-        if "learner" in self.restored:
-            learner.load_state_dict(self.restored["learner"])
-        if "memorizer" in self.restored:
-            memorizer.load_state_dict(self.restored["memorizer"])
-        learner.publish(self.weights)
-        return learner, memorizer
-
     def evaluator(self, weights):
         """The Trainer's evaluation callback: greedy episodes with ``weights()`` in the driver."""
         cfg = self.cfg
+        policy = algos.algorithm(cfg.algo.name).make_policy(cfg, self.spec, self.seeds.evaluation)
 
         def evaluate() -> float:
-            return evaluate_weights(cfg, weights(), cfg.stop.eval_episodes, self.seeds.evaluation)["mean_return"]
+            policy.load(weights())
+            return evaluate_vectorized(cfg, policy, cfg.stop.eval_episodes, self.seeds.evaluation)["mean_return"]
 
         return evaluate
 
@@ -129,15 +113,17 @@ class RayRun:
 
 def run_ray(cfg: Config, trainer: Trainer, actor_class: type | None = None) -> str:
     """Train on Ray until a stop condition; returns the stop reason. ``actor_class``: the Executor
-    actor (default: :class:`ExecutorActor` for A3C, :class:`RolloutActor` for the segment algorithms;
-    tests use slow subclasses)."""
-    segments = cfg.algo.runtime == "segments"
-    with ray_run(cfg, trainer, actor_class or (RolloutActor if segments else ExecutorActor)) as run:
-        if segments:
-            from mlxe.runtime.ray.rollouts import run_segments_ray
+    actor (default: :class:`GradientActor` for the parameter server, :class:`RolloutActor`
+    otherwise; tests use slow subclasses)."""
+    server = cfg.ray.mode == "async_gradients"
+    with ray_run(cfg, trainer, actor_class or (GradientActor if server else RolloutActor)) as run:
+        if server:
+            from mlxe.runtime.ray.gradients import run_async_gradients
 
-            return run_segments_ray(run)
-        return _schedule(cfg.ray.mode)(run)
+            return run_async_gradients(run)
+        from mlxe.runtime.ray.rollouts import run_segments_ray
+
+        return run_segments_ray(run)
 
 
 @contextmanager
@@ -155,7 +141,7 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
         trainer.cfg = cfg  # the summary reports the resolved count
         spec = problem_spec(cfg)
         seeds = Seeds.derive(cfg.seed, n)
-        mode = f"segments {cfg.arch}" if cfg.algo.runtime == "segments" else cfg.ray.mode
+        mode = cfg.ray.mode if cfg.ray.mode != "sync" else f"sync {cfg.arch}"
         stats = RunStats(trainer.run_dir, mode, where, n, cfg.ray.status_every)
         restored = trainer.restored or {}
         states = restored.get("executors")
@@ -172,7 +158,7 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
             placement = Placement(cfg, n, tag + "executors")
             cleanup.callback(placement.remove)
             executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag)
-            publisher = Publisher(cfg.ray.dc_history if cfg.ray.promote_best else 0)
+            publisher = Publisher()
             state = "failed"
             try:
                 yield RayRun(cfg, trainer, spec, seeds, executors, publisher, stats, restored, slot)
@@ -181,31 +167,3 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
                 executors.close()
                 stats.weights_version = publisher.version
                 stats.write(trainer, state, force=True)
-
-
-def _schedule(mode: str):
-    if mode == "sync":
-        from mlxe.runtime.ray.sync import run_sync
-
-        return run_sync
-    if mode == "async_experience":
-        from mlxe.runtime.ray.experience import run_async_experience
-
-        return run_async_experience
-    from mlxe.runtime.ray.gradients import run_async_gradients
-
-    return run_async_gradients
-
-
-def adopt_into_learner(run: RayRun, learner, version: int) -> None:
-    """Best-score promotion of the Learner-based modes: the main model takes the weights of
-    ``version`` (if still kept; the current version has nothing to adopt)."""
-    import torch
-
-    history = run.weights.history
-    weights = history.get(version) if history is not None else None
-    if weights is None or version == run.weights.version:
-        return
-    params = list(learner.algo.main.parameters())
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()).to(params[0].device), params)
-    run.stats.adopted += 1

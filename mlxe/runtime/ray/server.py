@@ -13,7 +13,7 @@ model with a *combiner*:
   keeps the last ``dc_history`` versions; an older one gets no correction (counted).
 
 Nothing here knows Ray: the combiners are NumPy, the server holds the algorithm's torch model and
-optimizer (:class:`mlxe.algos.a3c.A3CLearner`), and whoever runs it publishes ``weights()`` after
+optimizer (:class:`mlxe.algos.a3c.A3C`), and whoever runs it publishes ``weights()`` after
 each applied update. Flat vectors follow the model's ``parameters()`` order, the layout of
 :func:`mlxe.models.actor_critic.flat_weights`.
 """
@@ -108,7 +108,8 @@ def make_combiner(ray_cfg, history: WeightHistory):
 
 def compute_gradient(algo, weights: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
     """Gradient [P] float32 of ``algo``'s loss on ``batch`` at ``weights`` [P], clipped to
-    ``algo.cfg.max_grad_norm``; also the loss terms. ``algo`` is an A3CLearner used as a model + loss."""
+    ``algo.max_grad_norm``; also the loss terms. ``algo`` is an :class:`~mlxe.algos.a3c.A3C` used as
+    a model and a loss."""
     import torch
 
     params = list(algo.main.parameters())
@@ -119,7 +120,7 @@ def compute_gradient(algo, weights: np.ndarray, batch: dict[str, np.ndarray]) ->
     for p in params:
         p.grad = None
     loss.backward()
-    max_norm = algo.cfg.max_grad_norm if algo.cfg.max_grad_norm is not None else float("inf")
+    max_norm = algo.algo.max_grad_norm if algo.algo.max_grad_norm is not None else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     grad = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
     info = {
@@ -135,7 +136,7 @@ def compute_gradient(algo, weights: np.ndarray, batch: dict[str, np.ndarray]) ->
 class ParameterServer:
     """The global model: ``submit(grad, version)`` combines and applies; ``version`` counts updates.
 
-    ``algo`` is an :class:`mlxe.algos.a3c.A3CLearner` (its main model and optimizer are the global
+    ``algo`` is an :class:`mlxe.algos.a3c.A3C` (its main model and optimizer are the global
     ones; its lr schedule is set by ``begin_iteration`` as on the Learner). Version ``v`` is the
     weights after ``v - start`` updates; every version is kept in ``history`` for DC and promotion.
     """

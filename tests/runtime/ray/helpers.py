@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from mlxe.runtime.ray.actors import ExecutorActor
+from mlxe.runtime.ray.actors import RolloutActor
 from mlxe.runtime.ray.run import run_ray
 from mlxe.runtime.trainer import Trainer, load_checkpoint, new_run_dir
 from mlxe.telemetry.metrics import read_csv
 
 
-def train_with(cfg, actor_class: type = ExecutorActor) -> tuple[Path, dict]:
+def train_with(cfg, actor_class: type = RolloutActor) -> tuple[Path, dict]:
     """What ``mlxe.train`` does, with ``actor_class`` as the Executor actor: (run dir, summary)."""
     run_dir = new_run_dir(cfg)
     with Trainer(cfg, run_dir, None, False) as trainer:

@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import time
 
-from mlxe.runtime.ray.actors import ExecutorActor, RolloutActor
+from mlxe.runtime.ray.actors import RolloutActor
 
 
-class SlowSecond(ExecutorActor):
-    """Executor 1 sleeps 1.5 s before each episode: the straggler the sync and async modes must handle."""
+class SlowSecond(RolloutActor):
+    """Executor 1 sleeps 1.5 s before each rollout: the straggler the sync and async modes must handle."""
 
-    def play(self, version: int, box: list):
+    def rollout(self, version: int, box: list, filters: dict | None, restart: bool = False):
         if self.index == 1:
             time.sleep(1.5)
-        return super().play(version, box)
+        return super().rollout(version, box, filters, restart)
 
 
-class Paced(ExecutorActor):
-    """Every Executor sleeps 0.1 s before each episode, so a run lasts long enough to kill one mid-run."""
+class Paced(RolloutActor):
+    """Every Executor sleeps 0.1 s before each rollout, so a run lasts long enough to kill one mid-run."""
 
-    def play(self, version: int, box: list):
+    def rollout(self, version: int, box: list, filters: dict | None, restart: bool = False):
         time.sleep(0.1)
-        return super().play(version, box)
-
-
-class PacedRollouts(RolloutActor):
-    """Every on-policy Executor sleeps 0.1 s before each rollout, so a run lasts long enough to kill one mid-run."""
-
-    def rollout(self, version: int, box: list, filters: dict | None):
-        time.sleep(0.1)
-        return super().rollout(version, box, filters)
+        return super().rollout(version, box, filters, restart)

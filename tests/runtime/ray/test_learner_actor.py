@@ -20,7 +20,7 @@ from mlxe.runtime.ray.stats import print_status  # noqa: E402
 from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_with, when_status  # noqa: E402
-from tests.runtime.ray.slow import PacedRollouts  # noqa: E402
+from tests.runtime.ray.slow import Paced  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
          "ray.status_every=0.1", "arch=is", "backend=ray", "stop.eval_return=null"]
@@ -101,7 +101,7 @@ def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes(config, tmp_pat
 
     with when_status(cfg.run.dir, kill_the_learner) as killed:
         with pytest.raises(WorkerFailed, match=r"learner failed: the learner actor died .* --resume"):
-            train_with(cfg, PacedRollouts)
+            train_with(cfg, Paced)
     assert killed, "the run ended before the learner could be killed"
     run_dir = killed[0]
     assert status(run_dir)["state"] == "failed"
@@ -129,13 +129,13 @@ def test_the_learner_actor_takes_a_cpu_from_auto_executors(config):
     [
         ("configs/cartpole_ppo.yaml", ["ray.learner_num_gpus=-1"],
          r"ray\.learner_num_gpus: -1\.0 is not allowed; expected a value >= 0"),
-        ("configs/cartpole_a3c.yaml", ["ray.learner_num_gpus=1"],
-         r"ray\.learner_num_gpus: 1\.0 is not allowed with algo\.name 'a3c'; expected 0 \(A3C's Learner shares the "
-         r"driver with the replay memory and the Trainer; run the driver on the GPU node with device=cuda instead\)"),
+        ("configs/cartpole_a3c.yaml", ["ray.mode=async_gradients", "ray.learner_num_gpus=1"],
+         r"ray\.learner_num_gpus: 1\.0 is not allowed with ray\.mode 'async_gradients'; expected 0 \(the parameter "
+         r"server runs in the driver"),
     ],
 )
 def test_config_rules_of_the_learner_actor(path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(path, ["backend=ray", "arch=is", *overrides])
     assert load_config("configs/cartpole_pg.yaml", ["backend=ray", "arch=oa", "ray.learner_num_gpus=0.5"]).ray.learner_num_gpus == 0.5
-    assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "ray.learner_num_gpus=0"]).ray.learner_num_gpus == 0.0
+    assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "ray.learner_num_gpus=1"]).ray.learner_num_gpus == 1.0

@@ -13,7 +13,7 @@ from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402
 from tests.runtime.ray.helpers import assert_same_run, kill_executor_0, local_ray, status, train_with, when_status  # noqa: E402
-from tests.runtime.ray.slow import PacedRollouts  # noqa: E402
+from tests.runtime.ray.slow import Paced  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
          "ray.status_every=0.1", "arch=is"]
@@ -68,7 +68,7 @@ def test_oa_hears_both_executors_and_writes_the_status(config):
     s, st = result.summary, status(result.run_dir)
     assert s["stop_reason"] == "max_env_steps" and s["env_steps"] == budget and s["iterations"] == 6
     assert s["updates"] == 6 * ppo_updates(cfg)
-    assert st["state"] == "finished" and st["mode"] == "segments oa" and st["env_steps"] == budget
+    assert st["state"] == "finished" and st["mode"] == "sync oa" and st["env_steps"] == budget
     assert [e["state"] for e in st["executors"]] == ["done", "done"]
     assert all(e["last_heard"] > 0 and e["pid"] > 0 for e in st["executors"])
     assert sum(e["episodes"] for e in st["executors"]) == s["episodes"]
@@ -78,7 +78,7 @@ def test_oa_hears_both_executors_and_writes_the_status(config):
 def test_a_killed_executor_is_replaced_and_its_rollout_asked_again(config):
     cfg = config("ppo", "backend=ray", f"stop.max_env_steps={16 * per_iteration(config('ppo'))}")  # 16 x >= 0.1 s
     with when_status(cfg.run.dir, kill_executor_0) as killed:
-        run_dir, summary = train_with(cfg, PacedRollouts)
+        run_dir, summary = train_with(cfg, Paced)
     assert killed, "the run ended before executor 0 could be killed"
     st = status(run_dir)
     # every iteration trained both Executors' rollouts: none went missing with the dead actor
@@ -135,22 +135,25 @@ def test_a2c_and_pg_train_on_ray(config, algo):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (["arch=istb"], r"arch: 'istb' is not allowed with backend 'ray' and algo\.name 'ppo'; expected 'is' or 'oa'"),
-        (["ray.mode=async_experience"], r"ray\.mode: 'async_experience' is not allowed with algo\.name 'ppo'.*A3C"),
-        (["ray.mode=async_gradients"], r"ray\.mode: 'async_gradients' is not allowed"),
-        (["ray.min_finished_workers=1"], r"ray\.min_finished_workers: 1 is not allowed with algo\.name 'ppo'"),
-        (["ray.max_extra_recv_tries=2"], r"ray\.max_extra_recv_tries: 2 is not allowed"),
-        (["ray.promote_best=true"], r"ray\.promote_best: True is not allowed"),
+        (["arch=istb"], r"arch: 'istb' is not allowed with backend 'ray' \(Executors are actors\)"),
+        (["ray.mode=async_experience", "arch=oa"], r"arch: 'oa' is not allowed with ray\.mode 'async_experience'"),
+        (["ray.mode=async_gradients"], r"ray\.mode: 'async_gradients' is not allowed with algo\.name 'ppo'"),
+        (["arch=oa", "ray.min_finished_workers=1"], r"ray\.min_finished_workers: 1 is not allowed with .* arch 'oa'"),
+        (["ray.mode=async_experience", "ray.max_extra_recv_tries=2"], r"ray\.max_extra_recv_tries: 2 is not allowed"),
+        (["ray.promote_best=true"], r"ray\.promote_best: True is not allowed with ray\.mode 'sync'"),
         (["algo.name=a3c"], r"algo\.gae_lambda: not a setting of algo\.name 'a3c' \(it belongs to ppo, a2c\)"),
     ],
 )
-def test_config_rules_of_the_segment_algorithms_on_ray(overrides, match):
+def test_config_rules_of_the_algorithms_on_ray(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", *overrides])
     for arch in ("is", "oa"):
         assert load_config("configs/cartpole_pg.yaml", ["backend=ray", f"arch={arch}"]).arch == arch
+    assert load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", "ray.mode=async_experience"]).ray.max_lag == 4
+    assert load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", "ray.min_finished_workers=1"])
 
 
-def test_a3c_on_ray_keeps_arch_is():
-    with pytest.raises(ConfigError, match=r"arch: 'oa' is not allowed with backend 'ray' and algo\.name 'a3c'"):
-        load_config("configs/cartpole_a3c.yaml", ["backend=ray", "arch=oa"])
+def test_ia_on_ray_needs_episode_iterations():
+    assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "arch=ia"]).arch == "ia"
+    with pytest.raises(ConfigError, match=r"arch: 'ia' is not allowed with algo\.name 'ppo'"):
+        load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=ia"])

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from mlxe.algos.a3c import A3CLearner
+from mlxe.algos.a3c import A3C
 from mlxe.algos.a3c import Config as A3CConfig
+from mlxe.config import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.ray.server import (
     AverageCombiner,
@@ -16,6 +17,13 @@ from mlxe.runtime.ray.server import (
 )
 
 SPEC = NetSpec(4, 2, (8,), (8,), (8,))
+
+
+def a3c(lr: float, seed: int) -> A3C:
+    """The A3C with the algo's plain defaults (A3CConfig(lr=lr)) as the server's model and loss."""
+    cfg = load_config(None, ["algo.name=a3c", "executors=2", f"algo.lr={lr}"])
+    assert cfg.algo == A3CConfig(lr=lr)
+    return A3C(cfg, SPEC, seed=seed)
 
 
 def batch(rng, n=16):
@@ -59,17 +67,17 @@ def test_fifo_applies_everything():
 
 def test_server_update_equals_the_learners_own_update():
     rng = np.random.default_rng(0)
-    learner = A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=1)
-    worker = A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=2)  # another model: only its loss is used
+    learner = a3c(1e-2, seed=1)
+    worker = a3c(1e-2, seed=2)  # another model: only its loss is used
     history = WeightHistory(4)
-    server = ParameterServer(A3CLearner(A3CConfig(lr=1e-2), SPEC, seed=1), FifoCombiner(), history)
+    server = ParameterServer(a3c(1e-2, seed=1), FifoCombiner(), history)
     w0 = server.weights().copy()
     for _ in range(3):
         b = batch(rng)
         grad, info = compute_gradient(worker, server.weights(), b)
         assert grad.shape == w0.shape and set(info) >= {"loss", "grad_norm"}
         assert server.submit(grad, server.version)
-        learner.update(b)
+        learner.step(b)
         np.testing.assert_allclose(server.weights(), learner.weights(), atol=1e-6)
     assert server.version == 4 and server.algo.updates == 3
     # The first RAdam step is lr * g: version 2 = version 1 - lr * g1.
@@ -81,7 +89,7 @@ def test_server_update_equals_the_learners_own_update():
 
 
 def test_first_update_is_a_plain_gradient_step():
-    server = ParameterServer(A3CLearner(A3CConfig(lr=0.1), SPEC, seed=0), FifoCombiner(), WeightHistory(2))
+    server = ParameterServer(a3c(0.1, seed=0), FifoCombiner(), WeightHistory(2))
     w0 = server.weights().copy()
     g = np.linspace(-1, 1, len(w0)).astype(np.float32)
     server.apply(g)
@@ -91,7 +99,7 @@ def test_first_update_is_a_plain_gradient_step():
 @pytest.mark.parametrize("lam", [0.0, 0.05])
 def test_dc_server_corrects_a_stale_gradient(lam):
     history = WeightHistory(20)
-    server = ParameterServer(A3CLearner(A3CConfig(lr=0.1), SPEC, seed=0), DelayCompensatedCombiner(lam, history), history)
+    server = ParameterServer(a3c(0.1, seed=0), DelayCompensatedCombiner(lam, history), history)
     g = np.full(len(server.weights()), 0.5, np.float32)
     server.submit(g, 1)
     w2 = server.weights().copy()

@@ -1,4 +1,4 @@
-"""Tests for the Memorizer role (mlxe.runtime.memorizer): sampling, priorities and V-trace targets."""
+"""Tests for the study's episode replay (mlxe.memory.episode_replay): sampling, priorities, V-trace targets."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import pytest
 
 from mlxe.algos.returns import vtrace
 from mlxe.config import load_config
-from mlxe.core import Episode
+from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.memory.replay import step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
-from mlxe.runtime.memorizer import Memorizer
 
 SPEC = NetSpec(obs_dim=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 
@@ -21,8 +20,12 @@ def config(*overrides: str):
     return load_config("configs/cartpole_a3c.yaml", [*plain, *overrides])
 
 
-def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) -> Episode:
-    """An episode of ``n`` steps; ``obs[:, 0]`` holds a unique step id so rows can be traced in batches."""
+def replay(cfg, executors: int = 1, seed: int = 0) -> EpisodeReplay:
+    return EpisodeReplay(cfg.memory, cfg.algo.off_policy, cfg.algo.batch_size, SPEC, executors, seed)
+
+
+def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) -> dict[str, np.ndarray]:
+    """The stored window of an episode of ``n`` steps; ``obs[:, 0]`` holds a unique step id so rows can be traced in batches."""
     rng = np.random.default_rng(seed)
     obs = rng.standard_normal((n, 5)).astype(np.float32)
     obs[:, 0] = np.arange(first_id, first_id + n)
@@ -43,8 +46,7 @@ def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) ->
     for k, v in fields.items():
         steps[k] = np.asarray(v, dtype=steps[k].dtype)
     assert set(steps) == set(step_layout(5))
-    return Episode(executor=0, length=n, total_return=float(steps["reward"].sum()), failed=failed,
-                   weights_version=0, steps=steps)
+    return steps
 
 
 def ids(batch) -> np.ndarray:
@@ -71,7 +73,7 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 
 
 def test_uniform_batch_is_min_of_batch_size_and_stored():
-    mem = Memorizer(config(), SPEC, executors=2, seed=0)
+    mem = replay(config(), executors=2, seed=0)
     mem.add(episode(3, 0, seed=1))
     mem.begin_iteration(1, random_weights())  # uniform, no V-trace: nothing to recompute
     batch = mem.batch()
@@ -88,12 +90,12 @@ def test_uniform_batch_is_min_of_batch_size_and_stored():
 
 def test_uniform_batch_rows_keep_their_fields_together():
     ep = episode(6, 0, seed=3)
-    mem = Memorizer(config(), SPEC, executors=1, seed=0)
+    mem = replay(config(), executors=1, seed=0)
     mem.add(ep)
     batch = mem.batch()
     rows = ids(batch)
     for k in step_layout(5):
-        np.testing.assert_array_equal(batch[k], ep.steps[k][rows])
+        np.testing.assert_array_equal(batch[k], ep[k][rows])
 
 
 # --------------------------------------------------------------------------- prioritized sampling
@@ -101,7 +103,7 @@ def test_uniform_batch_rows_keep_their_fields_together():
 PRIO = ("memory.sampler=prioritized", "memory.priority.factors=[td]")
 
 
-def td_episodes() -> list[Episode]:
+def td_episodes() -> list[dict]:
     # Episode A (4 steps): the last step is done=1 with discount 0.9 so that the done mask matters.
     a = episode(4, 0, seed=4, reward=[0.2, -1.0, 3.0, 0.3], discount=[0.9, 0.9, 0.9, 0.9], done=[0, 0, 0, 1])
     b = episode(2, 4, seed=5, reward=[0.3, 0.05], discount=[0.9, 0.9], done=[0, 0])
@@ -109,7 +111,7 @@ def td_episodes() -> list[Episode]:
 
 
 def test_prioritized_td_probabilities_by_hand():
-    mem = Memorizer(config(*PRIO), SPEC, executors=2, seed=0)
+    mem = replay(config(*PRIO), executors=2, seed=0)
     for ep in td_episodes():
         mem.add(ep)
     mem.begin_iteration(3, constant_value_weights(0.5))
@@ -124,7 +126,7 @@ def test_prioritized_td_probabilities_by_hand():
 
 
 def test_prioritized_td_probabilities_random_net():
-    mem = Memorizer(config(*PRIO), SPEC, executors=1, seed=0)
+    mem = replay(config(*PRIO), executors=1, seed=0)
     eps = [episode(5, 0, seed=6, failed=True), episode(3, 5, seed=7)]
     for ep in eps:
         mem.add(ep)
@@ -132,7 +134,7 @@ def test_prioritized_td_probabilities_random_net():
     mem.begin_iteration(1, flat)
     # value oracle: the NumPy mirror (tested in tests/models)
     net = NumpyActorCritic(SPEC, flat)
-    s = {k: np.concatenate([ep.steps[k] for ep in eps]) for k in step_layout(5)}
+    s = {k: np.concatenate([ep[k] for ep in eps]) for k in step_layout(5)}
     v, nv = net.value(s["obs"]).astype(np.float64), net.value(s["next_obs"]).astype(np.float64)
     td = s["reward"] + s["discount"] * nv * (1.0 - s["done"]) - v
     w = np.minimum(np.abs(td) + 0.01, 1.0)
@@ -142,7 +144,7 @@ def test_prioritized_td_probabilities_random_net():
 
 
 def test_prioritized_batch_without_importance_has_no_weight():
-    mem = Memorizer(config(*PRIO), SPEC, executors=1, seed=0)
+    mem = replay(config(*PRIO), executors=1, seed=0)
     for ep in td_episodes():
         mem.add(ep)
     mem.begin_iteration(1, constant_value_weights(0.5))
@@ -151,7 +153,7 @@ def test_prioritized_batch_without_importance_has_no_weight():
 
 
 def test_importance_weights_by_hand():
-    mem = Memorizer(config(*PRIO, "memory.priority.importance_weights=true"), SPEC, executors=1, seed=0)
+    mem = replay(config(*PRIO, "memory.priority.importance_weights=true"), executors=1, seed=0)
     for ep in td_episodes():
         mem.add(ep)
     mem.begin_iteration(0, constant_value_weights(0.5))  # beta = 0.4 at iteration 0
@@ -179,12 +181,16 @@ def expected_vtrace(net: NumpyActorCritic, steps: dict) -> tuple[np.ndarray, np.
     logits, values = net(steps["obs"])
     logp = log_softmax(logits.astype(np.float64))[np.arange(len(steps["action"])), steps["action"]]
     return vtrace(
-        values, net.value(steps["next_obs"]), steps["reward"], steps["discount"],
-        logp - steps["logp"], steps["last"],
+        values,
+        net.value(steps["next_obs"]),
+        steps["reward"],
+        steps["discount"],
+        logp - steps["logp"],
+        steps["last"],
     )
 
 
-def check_vtrace(mem: Memorizer, net: NumpyActorCritic, windows: list[dict]) -> None:
+def check_vtrace(mem: EpisodeReplay, net: NumpyActorCritic, windows: list[dict]) -> None:
     batch = mem.batch()  # batch_size 64 >= stored: every row once
     by_id = {i: r for r, i in enumerate(ids(batch))}
     assert len(by_id) == sum(len(w["action"]) for w in windows) == len(mem)
@@ -197,7 +203,7 @@ def check_vtrace(mem: Memorizer, net: NumpyActorCritic, windows: list[dict]) -> 
 
 
 def test_vtrace_targets_per_episode_in_insertion_order():
-    mem = Memorizer(config(*VTRACE), SPEC, executors=1, seed=0)
+    mem = replay(config(*VTRACE), executors=1, seed=0)
     # the first episode is cut (discount 0.9 at its last step): a correction crossing into the
     # second episode would change its targets
     eps = [episode(4, 0, seed=8), episode(5, 4, seed=9, failed=True)]
@@ -205,12 +211,12 @@ def test_vtrace_targets_per_episode_in_insertion_order():
         mem.add(ep)
     flat = random_weights(2)
     mem.begin_iteration(1, flat)
-    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [ep.steps for ep in eps])
+    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [ep for ep in eps])
 
 
 def test_vtrace_targets_after_ring_buffer_wraps():
     cfg = config(*VTRACE, "memory.capacity_per_executor=8", "memory.keep_last_steps=8")
-    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    mem = replay(cfg, executors=1, seed=0)
     e1, e2, e3 = episode(3, 0, seed=10), episode(4, 3, seed=11, failed=True), episode(5, 7, seed=12)
     for ep in (e1, e2, e3):
         mem.add(ep)
@@ -219,36 +225,37 @@ def test_vtrace_targets_after_ring_buffer_wraps():
     assert len(mem) == 8 and mem.memory.pos == 4
     flat = random_weights(3)
     mem.begin_iteration(1, flat)
-    survivors = {k: v[1:] for k, v in e2.steps.items()}
-    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [survivors, e3.steps])
+    survivors = {k: v[1:] for k, v in e2.items()}
+    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [survivors, e3])
 
 
-def test_vtrace_batch_after_add_without_new_iteration():
-    mem = Memorizer(config("algo.off_policy=vtrace"), SPEC, executors=2, seed=0)
-    mem.add(episode(5, 0, seed=13))
-    mem.begin_iteration(1, random_weights())
-    mem.add(episode(40, 5, seed=14))  # no begin_iteration yet (OA: fewer than `executors` new episodes)
-    assert mem.sampleable() == 5  # the new episode waits for the next re-weighting
-    for _ in range(10):
-        batch = mem.batch()
-        assert batch["vs"].shape == (4,) and batch["pg_adv"].shape == (4,)
-    mem.begin_iteration(2, random_weights())
-    assert mem.sampleable() == 45
+def test_vtrace_targets_of_every_row_are_recomputed_at_each_iteration():
+    mem = replay(config(*VTRACE), executors=2, seed=0)
+    first, second = episode(5, 0, seed=13), episode(40, 5, seed=14, failed=True)
+    mem.add(first)
+    mem.begin_iteration(1, random_weights(0))
+    check_vtrace(mem, NumpyActorCritic(SPEC, random_weights(0)), [first])
+    mem.add(second)
+    flat = random_weights(6)
+    mem.begin_iteration(2, flat)
+    # the new episode gets its targets, and the old one's are those of the new weights
+    check_vtrace(mem, NumpyActorCritic(SPEC, flat), [first, second])
 
 
 # --------------------------------------------------------------------------- checkpoints
 
 
 def test_state_round_trip_keeps_priorities():
-    cfg = config("memory.sampler=prioritized", "memory.priority.factors=[age,td]",
-                 "memory.priority.importance_weights=true")
-    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    cfg = config(
+        "memory.sampler=prioritized", "memory.priority.factors=[age,td]", "memory.priority.importance_weights=true"
+    )
+    mem = replay(cfg, executors=1, seed=0)
     mem.add(episode(6, 0, seed=15))
     mem.begin_iteration(1, random_weights(4))
     mem.add(episode(3, 6, seed=16))
     mem.begin_iteration(2, random_weights(4))  # ages now differ between the episodes
     state = mem.state_dict()
-    other = Memorizer(cfg, SPEC, executors=1, seed=99)
+    other = replay(cfg, executors=1, seed=99)
     other.load_state_dict(state)
     np.testing.assert_array_equal(other.priorities.p, mem.priorities.p)
     np.testing.assert_array_equal(other.priorities.ages, mem.priorities.ages)
@@ -262,28 +269,32 @@ def test_state_round_trip_keeps_priorities():
 
 def test_state_round_trip_keeps_vtrace_targets():
     cfg = config("algo.off_policy=vtrace")
-    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    mem = replay(cfg, executors=1, seed=0)
     mem.add(episode(6, 0, seed=17))
     mem.begin_iteration(1, random_weights(5))
-    other = Memorizer(cfg, SPEC, executors=1, seed=0)
+    other = replay(cfg, executors=1, seed=0)
     other.load_state_dict(mem.state_dict())
     a, b = mem.batch(), other.batch()
     assert set(b) == set(a)
     np.testing.assert_array_equal(a["vs"], b["vs"])
 
 
-def chained(n: int, first_id: int, seed: int) -> Episode:
+def chained(n: int, first_id: int, seed: int) -> dict[str, np.ndarray]:
     """An episode whose next states continue into the following rows' states, as Executors store them."""
     e = episode(n, first_id, seed)
-    e.steps["next_obs"][:-1] = e.steps["obs"][1:]
+    e["next_obs"][:-1] = e["obs"][1:]
     return e
 
 
 @pytest.mark.parametrize("capacity", [64, 8])  # 8: the ring wraps and overwrites the oldest rows
 def test_next_values_reuse_successor_rows_and_equal_a_direct_pass(capacity):
-    cfg = config("memory.sampler=prioritized", "memory.priority.factors=[td]",
-                 f"memory.capacity_per_executor={capacity}", f"memory.keep_last_steps={min(capacity, 8)}")
-    mem = Memorizer(cfg, SPEC, executors=1, seed=0)
+    cfg = config(
+        "memory.sampler=prioritized",
+        "memory.priority.factors=[td]",
+        f"memory.capacity_per_executor={capacity}",
+        f"memory.keep_last_steps={min(capacity, 8)}",
+    )
+    mem = replay(cfg, executors=1, seed=0)
     for k, n in enumerate((3, 4, 5)):
         mem.add(chained(n, 10 * k, seed=20 + k))
     net = NumpyActorCritic(SPEC, random_weights(7))

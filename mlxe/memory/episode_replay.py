@@ -1,9 +1,10 @@
-"""The Memorizer role: stores the Executors' episodes and prepares the Learner's batches.
+"""The study's replay of episode windows, re-weighted at the start of every iteration.
 
-At the start of every iteration it re-weights the whole buffer with the weights the Learner starts
-from: three-factor priorities (``memory.sampler: prioritized``) and V-trace targets
-(``algo.off_policy: vtrace``) need the values of every stored state, computed in one batched NumPy
-forward pass over the buffer.
+Each stored row is one step of the last ``keep_last_steps`` of a finished episode with its value
+target (:func:`mlxe.memory.replay.step_layout`). At the start of every iteration the whole buffer is
+re-weighted with the weights the Learner starts from: three-factor priorities (``memory.sampler:
+prioritized``) and V-trace targets (``algo.off_policy: vtrace``) need the values of every stored
+state, computed in one batched NumPy forward pass over the buffer.
 """
 
 from __future__ import annotations
@@ -11,44 +12,38 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.returns import td_errors, vtrace
-from mlxe.core import Episode
 from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
 
-class Memorizer:
-    """Replay of ``capacity_per_executor x executors`` steps, sampled uniformly or by priority."""
+class EpisodeReplay:
+    """``memory.capacity_per_executor x executors`` rows, sampled uniformly or by priority.
 
-    def __init__(self, cfg, spec: NetSpec, executors: int, seed: int) -> None:
+    ``memory``: the run config's ``memory`` section; ``off_policy``: ``algo.off_policy``.
+    """
+
+    def __init__(self, memory, off_policy: str, batch_size: int, spec: NetSpec, executors: int, seed: int) -> None:
         self.spec = spec
-        self.batch_size = cfg.algo.batch_size
-        self.memory = ReplayMemory(cfg.memory.capacity_per_executor * executors, step_layout(spec.obs_dim))
+        self.batch_size = batch_size
+        self.memory = ReplayMemory(memory.capacity_per_executor * executors, step_layout(spec.obs_dim))
         self.rng = np.random.default_rng(seed)
-        self.vtrace = cfg.algo.off_policy == "vtrace"
+        self.vtrace = off_policy == "vtrace"
         self.priorities = None
-        if cfg.memory.sampler == "prioritized":
-            p = cfg.memory.priority
+        if memory.sampler == "prioritized":
+            p = memory.priority
             self.priorities = Priorities(
                 self.memory.capacity, p.factors, p.beta0, p.beta_step, executors, p.importance_weights
             )
         self.extra: dict[str, np.ndarray] = {}  # per-row targets computed at the iteration start
-        # Rows written after the last re-weighting have no priority or targets yet: they wait for
-        # the next iteration (in IS they never wait: all episodes are stored before it starts).
-        self.reweights = self.priorities is not None or self.vtrace
-        self.ready = np.zeros(self.memory.capacity, bool)
 
     def __len__(self) -> int:
         return len(self.memory)
 
-    def sampleable(self) -> int:
-        """Rows a batch can be drawn from now."""
-        return int(self.ready[: len(self.memory)].sum()) if self.reweights else len(self.memory)
-
-    def add(self, episode: Episode) -> None:
-        rows = self.memory.add(episode.steps)
-        self.ready[rows] = not self.reweights
+    def add(self, steps: dict[str, np.ndarray]) -> None:
+        """Store one episode window (every field of ``step_layout``, [n, ...])."""
+        rows = self.memory.add(steps)
         if self.priorities is not None:
             self.priorities.on_add(rows)
 
@@ -56,9 +51,8 @@ class Memorizer:
         """Recompute priorities and V-trace targets for every stored row with ``weights`` (flat)."""
         n = len(self.memory)
         needs_td = self.priorities is not None and "td" in self.priorities.factors
-        if n == 0 or not self.reweights:
+        if n == 0 or (self.priorities is None and not self.vtrace):
             return
-        self.ready[:n] = True
         d = {k: v[:n] for k, v in self.memory.data.items()}
         if needs_td or self.vtrace:
             net = NumpyActorCritic(self.spec, weights)
@@ -102,10 +96,7 @@ class Memorizer:
         importance weights, and ``vs``/``pg_adv`` with V-trace."""
         weight = None
         if self.priorities is not None:
-            rows, weight = self.priorities.sample(self.batch_size, self.rng, self.ready)
-        elif self.reweights:
-            ready = np.flatnonzero(self.ready[: len(self.memory)])
-            rows = self.rng.choice(ready, size=min(self.batch_size, len(ready)), replace=False)
+            rows, weight = self.priorities.sample(self.batch_size, self.rng)
         else:
             rows = self.memory.sample_indices(self.batch_size, self.rng)
         batch = self.memory.gather(rows)
@@ -115,11 +106,9 @@ class Memorizer:
         return batch
 
     def state_dict(self) -> dict:
-        n = len(self.memory)
         state = {
             "memory": self.memory.state_dict(),
             "rng": self.rng.bit_generator.state,
-            "ready": self.ready[:n].copy(),
             "extra": {k: v.copy() for k, v in self.extra.items()},
         }
         if self.priorities is not None:
@@ -129,9 +118,6 @@ class Memorizer:
     def load_state_dict(self, state: dict) -> None:
         self.memory.load_state_dict(state["memory"])
         self.rng.bit_generator.state = state["rng"]
-        ready = np.asarray(state["ready"], bool)
-        self.ready[:] = False
-        self.ready[: len(ready)] = ready
         self.extra = {k: np.asarray(v) for k, v in state["extra"].items()}
         if self.priorities is not None and "priorities" in state:
             self.priorities.load_state_dict(state["priorities"])
