@@ -461,13 +461,17 @@ def _check_ray(cfg: Config) -> None:
 
 
 def _check_parameter_server(cfg: Config) -> None:
-    """``ray.mode: async_gradients``: the Executors compute the study's A3C gradients on their own
-    replay, the driver applies them (a parameter server, not a Learner)."""
+    """``ray.mode: async_gradients``: the Executors compute gradients on their own data, the driver
+    applies them (a parameter server, not a Learner): for algorithms with ``get_gradients``."""
+    from mlxe.algos import ALGORITHMS, algorithm
+    from mlxe.core import Algorithm
+
     name, r = cfg.algo.name, cfg.ray
-    if name != "a3c":
+    if algorithm(name).get_gradients is Algorithm.get_gradients:
+        able = [other for other in ALGORITHMS if algorithm(other).get_gradients is not Algorithm.get_gradients]
         raise ConfigError(
-            f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r}; expected algo.name 'a3c' "
-            "(its parameter server), or ray.mode 'sync' or 'async_experience'"
+            f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r} (it has no parameter-server "
+            f"mode); expected algo.name {' or '.join(map(repr, able))}, or ray.mode 'sync' or 'async_experience'"
         )
     if cfg.envs_per_executor != 1:
         raise ConfigError(

@@ -185,3 +185,21 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` onto this algorithm's device."""
+
+    # -- the parameter server (``ray.mode: async_gradients``): optional -----------------------------
+    # Workers (one algorithm instance per Executor) compute gradients on what they observed; the
+    # server's instance applies them. An algorithm without a parameter-server mode leaves these out.
+
+    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+        """A worker's next gradient [P] float32 of the loss at ``weights`` [P] on what it observed,
+        with the loss terms; None when it owes none until it observes more (``workers``: how many
+        share the run's updates)."""
+        raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
+
+    def apply_gradients(self, grad: np.ndarray) -> None:
+        """The server's optimizer step with ``grad`` [P] (combined from the workers') as the gradient."""
+        raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
+
+    def adopt(self, weights: np.ndarray) -> None:
+        """Make ``weights`` [P] (as :meth:`weights` gives them) the model's: best-score promotion."""
+        raise NotImplementedError(f"{type(self).__name__} cannot adopt weights")

@@ -1,4 +1,4 @@
-"""A3C as improved in the MLxE study: replayed Monte-Carlo returns, one target and one main model.
+"""A3C as improved in the MLxE study: replayed Monte-Carlo returns from the weights of the iteration.
 
 Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 
@@ -17,9 +17,11 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 * Loss: mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)), the policy term optionally
   corrected for the replayed steps' older behaviour policy (truncated importance weights, V-trace).
 * Update: RAdam, lr = max(lr0 * 0.998^episodes, 1e-6), batches of 128 drawn from replay;
-  updates per iteration = max(min_updates, N // batch + 1) for N stored steps (MMUF); the target
-  model is frozen at each iteration start; optionally the main model is reset to the best-scoring
-  published weights every ``promote_best_every`` iterations.
+  updates per iteration = max(min_updates, N // batch + 1) for N stored steps (MMUF); optionally
+  the main model is reset to the best-scoring published weights every ``promote_best_every``
+  iterations. The study's target model, frozen per iteration, is the published weights: the
+  bootstrap values of the targets and the replay's re-weighting use the weights the iteration
+  starts from, while the main model trains.
 """
 
 from __future__ import annotations
@@ -221,8 +223,7 @@ LOSS_STATS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 
 class A3C(Algorithm):
-    """The learning side: episode windows in, a main model trained on replayed steps, a target model
-    frozen per iteration."""
+    """The learning side: episode windows in, a main model trained on replayed steps."""
 
     Config = Config
     iteration = "episode"
@@ -247,9 +248,6 @@ class A3C(Algorithm):
         torch.manual_seed(seed)
         self.device = resolve_device(cfg.device)
         self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
-        self.target = build_torch(spec).to(self.device)
-        self.target.load_state_dict(self.main.state_dict())
-        self.target.requires_grad_(False)
         self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True)
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
         self.replay = EpisodeReplay(
@@ -259,6 +257,7 @@ class A3C(Algorithm):
         self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
         self.windows: dict[tuple[int, int], EpisodeWindow] = {}  # (executor, env) -> episode in progress
         self.iterations = self.episodes = self.promotions = 0
+        self.fresh, self.owed = False, 0  # a parameter-server worker: an episode stored since, gradients owed
         every = self.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
         self._reset_versions()
@@ -310,6 +309,7 @@ class A3C(Algorithm):
         its return scores ``version`` for promotion."""
         self.replay.add(steps)
         self.episodes += 1
+        self.fresh = True
         if self.best is not None:
             self.best.score(version, total_return)
 
@@ -352,20 +352,19 @@ class A3C(Algorithm):
             return 0
         return max(self.algo.min_updates, stored_steps // self.algo.batch_size + 1)
 
-    def begin_iteration(self) -> None:
-        """Freeze the target at the weights that played this iteration's episodes; decay lr."""
-        self.target.load_state_dict(self.main.state_dict())
+    def decay_learning_rate(self) -> None:
+        """lr = max(lr0 * lr_decay ** episodes, lr_min) for the episodes stored so far."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.episodes)
 
     def update(self, progress: float) -> dict[str, float]:
-        """One iteration: promote, freeze the target, decay lr, re-weight the replay, then the MMUF
-        number of gradient steps; returns their mean loss terms with ``lr``."""
+        """One iteration: promote, decay lr, re-weight the replay, then the MMUF number of gradient
+        steps; returns their mean loss terms with ``lr``."""
         import torch
 
         if self.best is not None and self.best.maybe_promote(self.iterations, self.main):
             self.promotions += 1
-        self.begin_iteration()
+        self.decay_learning_rate()
         self.replay.begin_iteration(self.iterations, self.weights())
         stats = [self.step(self.replay.batch()) for _ in range(self.updates_per_iteration(len(self.replay)))]
         self.iterations += 1
@@ -396,6 +395,58 @@ class A3C(Algorithm):
         self.updates += 1
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
+    # -- the parameter server ------------------------------------------------------------------
+    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+        """A worker's next gradient at ``weights`` on a fresh batch of its own replay. After each
+        episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
+        stored rows: the minimum-updates rule, shared between the workers."""
+
+        self.acting = NumpyActorCritic(self.spec, weights)  # what the worker plays (and bootstraps) with next
+        if self.fresh:  # re-weight with the newest weights; the priority exponent anneals per run-wide episode
+            self.replay.begin_iteration(self.episodes * workers, weights)
+            self.owed = -(-self.updates_per_iteration(len(self.replay) * workers) // workers)
+            self.fresh = False
+        if self.owed == 0:
+            return None
+        self.owed -= 1
+        return self.gradient(weights, self.replay.batch())
+
+    def gradient(self, weights: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+        """The gradient [P] of the loss on ``batch`` at ``weights`` [P], clipped to ``max_grad_norm``,
+        with the loss terms (the main model is left at ``weights``)."""
+        import torch
+
+        params = list(self.main.parameters())
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(np.asarray(weights, np.float32)).to(self.device), params)
+        if self.spec.noisy_policy:
+            self.main.reset_noise()
+        loss, (value_loss, policy_loss, entropy) = self.loss(batch)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu().numpy()
+        stats = torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm]).tolist()
+        return grad, dict(zip(LOSS_STATS, stats))
+
+    def apply_gradients(self, grad: np.ndarray) -> None:
+        import torch
+
+        flat = torch.tensor(grad, dtype=torch.float32, device=self.device)  # a copy: Ray's replies are read-only
+        offset = 0
+        for p in self.main.parameters():
+            p.grad = flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        self.optimizer.step()
+        self.updates += 1
+
+    def adopt(self, weights: np.ndarray) -> None:
+        import torch
+
+        params = list(self.main.parameters())
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()).to(params[0].device), params)
+
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:
         """The main model as the flat float32 vector (CPU, NumPy) Executors act with."""
@@ -406,7 +457,6 @@ class A3C(Algorithm):
         device). Episodes in progress are not kept: a resumed run's Executors start new ones."""
         return {
             "main": to_cpu(self.main.state_dict()),
-            "target": to_cpu(self.target.state_dict()),
             "optimizer": to_cpu(self.optimizer.state_dict()),
             "replay": self.replay.state_dict(),
             "updates": self.updates,
@@ -418,7 +468,6 @@ class A3C(Algorithm):
         # into this Learner's device: the modules copy into their tensors, the optimizer casts its
         # state to each parameter's device
         self.main.load_state_dict(state["main"])
-        self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
         self.updates, self.iterations, self.episodes = (int(state[k]) for k in ("updates", "iterations", "episodes"))

@@ -56,10 +56,6 @@ def params_of(module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.parameters()]
 
 
-def same_params(a, b) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a, b))
-
-
 # --------------------------------------------------------------------------- hand-built segments
 
 
@@ -291,30 +287,22 @@ def test_value_term_trains_value_head():
     assert any(p.grad is not None and torch.count_nonzero(p.grad) > 0 for p in lrn.main.value.parameters())
 
 
-# --------------------------------------------------------------------------- step / target
+# --------------------------------------------------------------------------- step
 
 
-def test_begin_iteration_syncs_target_and_sets_lr():
+def test_decay_learning_rate_follows_the_episodes_stored():
     lrn = learner()
-    lrn.step(make_batch(4))
-    assert not same_params(params_of(lrn.main), params_of(lrn.target))
     lrn.episodes = 10
-    lrn.begin_iteration()
-    assert same_params(params_of(lrn.main), params_of(lrn.target))
+    lrn.decay_learning_rate()
     for group in lrn.optimizer.param_groups:
         assert group["lr"] == pytest.approx(9.8017904335e-05, rel=1e-9)
-    # the target is a copy, not an alias: the next step leaves it alone
-    target_before = params_of(lrn.target)
-    lrn.step(make_batch(5))
-    assert same_params(params_of(lrn.target), target_before)
 
 
-def test_step_changes_main_not_target():
+def test_step_changes_main():
     lrn = learner()
-    main_before, target_before = params_of(lrn.main), params_of(lrn.target)
+    main_before = params_of(lrn.main)
     stats = lrn.step(make_batch(6))
     assert all(not torch.equal(a, b) for a, b in zip(params_of(lrn.main), main_before))
-    assert same_params(params_of(lrn.target), target_before)
     assert lrn.updates == 1
     info = dict(zip(LOSS_STATS, stats.tolist()))
     assert math.isfinite(info["loss"]) and info["grad_norm"] > 0
@@ -350,30 +338,17 @@ def test_update_runs_the_mmuf_number_of_steps_and_reports_lr():
     lrn = learner("algo.batch_size=4", "memory.keep_last_steps=16")
     # one episode of 11 steps: 11 // 4 + 1 = 3 gradient steps
     lrn.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
-    lrn.update(0.0)  # the first iteration syncs the target before stepping
+    lrn.update(0.0)
     assert lrn.updates == 3
-    target_after_first = params_of(lrn.target)
     acting_before = lrn.acting.flat.copy()
     info = lrn.update(0.0)
     assert lrn.updates == 6 and lrn.iterations == 2 and lrn.version == 3
     assert set(info) == {*LOSS_STATS, "lr"}
     assert info["lr"] == pytest.approx(1e-4 * 0.998)  # lr from the episodes stored so far (1)
     assert all(math.isfinite(v) for v in info.values())
-    # the second iteration froze the target at the main model the first one ended with
-    assert not same_params(params_of(lrn.target), target_after_first)
     # and the Learner's bootstrap values now follow the newly published weights
     np.testing.assert_array_equal(lrn.acting.flat, lrn.weights())
     assert not np.array_equal(acting_before, lrn.acting.flat)
-
-
-def test_update_syncs_target_to_main_at_the_iteration_start():
-    lrn = learner("algo.batch_size=64", "memory.keep_last_steps=16")
-    lrn.observe(segment([[i] for i in range(5)], [0], terminated=[(4, 0)]))
-    lrn.step(make_batch(9))  # main moves away from the target
-    main_before = params_of(lrn.main)
-    lrn.update(0.0)
-    assert lrn.updates == 2  # 5 // 64 + 1 = 1 step in the update
-    assert same_params(params_of(lrn.target), main_before)
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -395,7 +370,6 @@ def test_state_dict_round_trip_and_same_next_update():
     b.load_state_dict(state)
     np.testing.assert_array_equal(b.weights(), a.weights())
     np.testing.assert_array_equal(b.acting.flat, a.weights())  # bootstrap values from the restored model
-    assert same_params(params_of(b.target), params_of(a.target))
     assert (b.updates, b.iterations, b.episodes) == (a.updates, a.iterations, a.episodes) == (2 * 4, 2, 2)
     assert len(b.replay) == len(a.replay) == 9 + 6
     sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
@@ -678,3 +652,27 @@ def test_episodes_and_replay_grow_with_the_finished_episodes():
     assert ids_of(windows(lrn)[-1]) == [22, 23, 24, 25]
     # env 1's episode in progress (ids 0..2) is not counted
     assert set(lrn.windows) == {(0, 1)} and lrn.windows[(0, 1)].length == 3
+
+
+def test_a_parameter_server_worker_owes_its_share_of_the_mmuf_rule_after_each_episode():
+    worker = learner("algo.batch_size=4", "memory.keep_last_steps=16", "algo.min_updates=5")
+    weights = worker.weights()
+    assert worker.get_gradients(weights, workers=2) is None  # nothing observed yet: go and play
+    worker.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
+    # max(min_updates 5, 2 workers x 11 rows // 4 + 1 = 6) = 6 run-wide, 3 for this worker
+    owed = [worker.get_gradients(weights, workers=2) for _ in range(4)]
+    assert all(g is not None for g in owed[:3]) and owed[3] is None
+    grad, info = owed[0]
+    assert grad.shape == weights.shape and grad.dtype == np.float32 and set(info) == set(LOSS_STATS)
+    assert worker.updates == 0  # a worker computes gradients; the server applies them
+
+
+def test_the_server_applies_a_gradient_as_one_optimizer_step_and_adopts_weights():
+    server = learner("algo.lr=0.1")
+    w0 = server.weights()
+    g = np.linspace(-1, 1, len(w0)).astype(np.float32)
+    server.apply_gradients(g)
+    np.testing.assert_allclose(server.weights(), w0 - 0.1 * g, atol=1e-6)  # RAdam's un-rectified first step
+    assert server.updates == 1
+    server.adopt(w0)
+    np.testing.assert_array_equal(server.weights(), w0)

@@ -172,11 +172,11 @@ def test_a3c_update_on_cuda_matches_cpu(off_policy):
     overrides = (f"algo.off_policy={off_policy}", "algo.max_grad_norm=1.0")
     cpu, gpu = A3C(a3c_config("cpu", *overrides), A3C_SPEC, 5), A3C(a3c_config("cuda", *overrides), A3C_SPEC, 5)
     assert cpu.algo == gpu.algo == A3CConfig(off_policy=off_policy, max_grad_norm=1.0)
-    assert next(gpu.target.parameters()).device.type == "cuda"
+    assert next(gpu.main.parameters()).device.type == "cuda"
     for i in range(4):
         for learner in (gpu, cpu):
             learner.episodes = i  # the lr decays with the finished episodes
-            learner.begin_iteration()
+            learner.decay_learning_rate()
         assert gpu.optimizer.param_groups[0]["lr"] == cpu.optimizer.param_groups[0]["lr"] == cpu.learning_rate(i)
         batch = a3c_batch(seed=i)
         assert_close_infos(a3c_step(cpu, batch), a3c_step(gpu, batch))

@@ -19,14 +19,12 @@ with the run's resource requests and placement, so tests can subclass them. Both
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mlxe.core import Episode, Segment
-from mlxe.runtime.ray.server import compute_gradient
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.threads import limit_threads
 
@@ -80,64 +78,47 @@ class Actor:
 
 
 class GradientActor(Actor):
-    """An Executor of the A3C parameter server: ``step`` plays an episode into the actor's own
-    replay, or computes a gradient from it, on a :class:`~mlxe.runtime.rollout.RolloutExecutor` with
-    one environment.
+    """An Executor of the parameter server: ``step`` plays an episode into its own algorithm (a
+    worker: its own replay and a model copy for the loss; the optimizer lives on the server) or
+    returns the next gradient that algorithm owes (``Algorithm.get_gradients``), on a
+    :class:`~mlxe.runtime.rollout.RolloutExecutor` with one environment.
 
-    ``executors`` is the run's Executor count (the minimum-updates rule is split between them);
-    ``state`` a checkpointed :meth:`state_dict` or None.
+    ``executors`` is the run's Executor count (the workers share the run's updates); ``state`` a
+    checkpointed :meth:`state_dict` or None.
     """
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
+        from mlxe import algos
+
         self.index, self.executors = index, executors
         self.weights = ObjectStoreWeights()
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
-        from mlxe.algos.a3c import A3C
-        from mlxe.models.actor_critic import NumpyActorCritic
-
-        # The Executor's own share of the replay (capacity_per_executor rows) and a model copy for
-        # the loss; the optimizer that uses the gradients lives on the parameter server.
-        self.algo = A3C(replace(cfg, executors=1), self.executor.spec, seed)
-        self.algo.acting = NumpyActorCritic(self.executor.spec, self.executor.local)  # targets: the weights that played
-        self.owed = 0  # gradients still to compute from the memory before the next episode
-        self.episodes = 0
+        self.algo = algos.algorithm(cfg.algo.name)(replace(cfg, executors=1), self.executor.spec, seed)
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
             self.load_state_dict(state)
 
-
     def step(self, version: int, box: list) -> Episode | Gradient:
-        """async_gradients: the next piece of work with weights ``version``.
-
-        After an episode (returned without its steps, which go to the actor's replay) the actor owes
-        ceil(max(min_updates, n * N // batch + 1) / n) gradients for N stored rows and n Executors:
-        the Learner's minimum-updates rule, shared between the Executors. Each call computes one of
-        them on a fresh batch, at the newest weights offered, until it owes none; then it plays again.
-        """
+        """The next piece of work with weights ``version``: a gradient while the worker owes one,
+        else an episode (returned without its steps, which its algorithm keeps)."""
         self.weights.offer(version, box)
-        if self.owed == 0:
-            episodes: list[Episode] = []
-            while not episodes:  # one episode, with the newest weights offered at its start
-                segment, episodes, _ = self.executor.rollout()
-                self.algo.observe(segment)
-            self.episodes += 1
-            # The priority exponent anneals with the run's episodes, as on the Learner: n per own episode.
-            replay = self.algo.replay
-            replay.begin_iteration(self.episodes * self.executors, self.executor.local)
-            self.owed = math.ceil(self.algo.updates_per_iteration(len(replay) * self.executors) / self.executors)
-            return episodes[0]
         self.executor.pull_weights(None)
-        grad, info = compute_gradient(self.algo, self.executor.local, self.algo.replay.batch())
-        self.owed -= 1
-        return Gradient(self.index, self.executor.version, grad, info)
+        owed = self.algo.get_gradients(self.executor.local, self.executors)
+        if owed is not None:
+            grad, info = owed
+            return Gradient(self.index, self.executor.version, grad, info)
+        episodes: list[Episode] = []
+        while not episodes:  # one episode, with the newest weights offered at its start
+            segment, episodes, _ = self.executor.rollout()
+            self.algo.observe(segment)
+        return episodes[0]
 
     def state_dict(self) -> dict:
-        return {"executor": self.executor.state_dict(), "replay": self.algo.replay.state_dict(), "episodes": self.episodes}
+        return {"executor": self.executor.state_dict(), "algorithm": self.algo.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.executor.load_state_dict(state["executor"])
-        self.algo.replay.load_state_dict(state["replay"])
-        self.episodes = int(state["episodes"])
+        self.algo.load_state_dict(state["algorithm"])
 
 
 class RolloutActor(Actor):

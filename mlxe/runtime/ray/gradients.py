@@ -1,9 +1,10 @@
 """``ray.mode: async_gradients``: A3C with a parameter server (RELAAX's DA3C, seed 001).
 
-Each Executor actor is a small A3C learner without an optimizer: it plays an episode into its own
-share of the replay (``memory.capacity_per_executor`` rows, prioritized and re-weighted as the
-Memorizer does), then computes its share of the minimum-updates rule as gradients, one per call,
-each at the newest weights it was offered, and plays again. The driver is the parameter server:
+Each Executor actor (:class:`~mlxe.runtime.ray.actors.GradientActor`) holds a worker instance of
+the algorithm, a learner without an optimizer: it plays an episode into its own share of the replay
+(``memory.capacity_per_executor`` rows, prioritized and re-weighted as on the Learner), then
+computes its share of the minimum-updates rule as gradients (``Algorithm.get_gradients``), one per
+call, each at the newest weights it was offered, and plays again. The driver is the parameter server:
 every gradient arrives with the version it was computed at and goes through the combiner
 (``ray.combine``: fifo, average, dc; see :mod:`mlxe.runtime.ray.server`); each applied update is a
 new version, and the newest is published to the object store once after each batch of replies, so
@@ -23,6 +24,7 @@ import math
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.runtime.ray.actors import Gradient
 from mlxe.runtime.ray.run import POLL_S, RayRun
 from mlxe.runtime.ray.server import ParameterServer, WeightHistory, make_combiner
@@ -33,18 +35,16 @@ LOSS_KEYS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 def run_async_gradients(run: RayRun) -> str:
     """Train until a stop condition; returns the stop reason."""
-    from mlxe.algos.a3c import A3C
-
     cfg, trainer, pool = run.cfg, run.trainer, run.executors
     limit_threads(cfg.torch_threads, torch=True)
-    algo = A3C(cfg, run.spec, run.seeds.learner)
+    algo = algos.algorithm(cfg.algo.name)(cfg, run.spec, run.seeds.learner)
     if "learner" in run.restored:
         algo.load_state_dict(run.restored["learner"])
     history = WeightHistory(cfg.ray.dc_history)
     combiner = make_combiner(cfg.ray, history)
     server = ParameterServer(algo, combiner, history)
     algo.episodes = trainer.episodes
-    algo.begin_iteration()
+    algo.decay_learning_rate()
     run.weights.publish(server.weights(), server.version)
     depth = 2 if cfg.ray.hogwild else 1
 
@@ -80,7 +80,7 @@ def run_async_gradients(run: RayRun) -> str:
         run.tick()
         if episodes >= run.n:
             algo.episodes = trainer.episodes
-            algo.begin_iteration()
+            algo.decay_learning_rate()
             info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
             info["lr"] = algo.optimizer.param_groups[0]["lr"]
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)

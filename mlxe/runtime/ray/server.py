@@ -1,7 +1,7 @@
 """The parameter server of ``ray.mode: async_gradients``: gradients in, versioned weights out.
 
-Executors compute gradients of the A3C loss on their own copy of the model and submit each with the
-version of the weights it was computed at. The server turns submissions into updates of the global
+Executors compute gradients of the algorithm's loss (``Algorithm.get_gradients``) on their own copy
+of the model and submit each with the version of the weights it was computed at. The server turns submissions into updates of the global
 model with a *combiner*:
 
 * ``fifo``: every gradient is applied as it comes (Hogwild-style A3C, stale or not);
@@ -12,9 +12,9 @@ model with a *combiner*:
   diagonal first-order Taylor correction of the gradient to the weights it is applied to. The server
   keeps the last ``dc_history`` versions; an older one gets no correction (counted).
 
-Nothing here knows Ray: the combiners are NumPy, the server holds the algorithm's torch model and
-optimizer (:class:`mlxe.algos.a3c.A3C`), and whoever runs it publishes ``weights()`` after
-each applied update. Flat vectors follow the model's ``parameters()`` order, the layout of
+Nothing here knows Ray or a loss: the combiners are NumPy, the server holds the algorithm, which
+applies each update (``Algorithm.apply_gradients``), and whoever runs it publishes ``weights()``
+after each applied update. Flat vectors follow the model's ``parameters()`` order, the layout of
 :func:`mlxe.models.actor_critic.flat_weights`.
 """
 
@@ -106,39 +106,12 @@ def make_combiner(ray_cfg, history: WeightHistory):
     return DelayCompensatedCombiner(ray_cfg.dc_lambda, history)
 
 
-def compute_gradient(algo, weights: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
-    """Gradient [P] float32 of ``algo``'s loss on ``batch`` at ``weights`` [P], clipped to
-    ``algo.max_grad_norm``; also the loss terms. ``algo`` is an :class:`~mlxe.algos.a3c.A3C` used as
-    a model and a loss."""
-    import torch
-
-    params = list(algo.main.parameters())
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(np.asarray(weights, np.float32)), params)
-    if algo.spec.noisy_policy:
-        algo.main.reset_noise()
-    loss, (value_loss, policy_loss, entropy) = algo.loss(batch)
-    for p in params:
-        p.grad = None
-    loss.backward()
-    max_norm = algo.algo.max_grad_norm if algo.algo.max_grad_norm is not None else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    grad = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
-    info = {
-        "loss": loss.item(),
-        "value_loss": value_loss.item(),
-        "policy_loss": policy_loss.item(),
-        "entropy": entropy.item(),
-        "grad_norm": grad_norm.item(),
-    }
-    return grad, info
-
-
 class ParameterServer:
     """The global model: ``submit(grad, version)`` combines and applies; ``version`` counts updates.
 
-    ``algo`` is an :class:`mlxe.algos.a3c.A3C` (its main model and optimizer are the global
-    ones; its lr schedule is set by ``begin_iteration`` as on the Learner). Version ``v`` is the
-    weights after ``v - start`` updates; every version is kept in ``history`` for DC and promotion.
+    ``algo`` is the server's :class:`~mlxe.core.Algorithm`: its model is the global one, and it
+    applies each update (``apply_gradients``). Version ``v`` is the weights after ``v - start``
+    updates; every version is kept in ``history`` for DC and promotion.
     """
 
     def __init__(self, algo, combiner, history: WeightHistory, start_version: int = 1) -> None:
@@ -161,26 +134,16 @@ class ParameterServer:
 
     def apply(self, update: np.ndarray) -> None:
         """One optimizer step with ``update`` [P] as the gradient; the version moves on."""
-        import torch
-
-        flat = torch.tensor(update, dtype=torch.float32)  # a copy: replies from Ray are read-only views
-        offset = 0
-        for p in self.algo.main.parameters():
-            p.grad = flat[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
-        self.algo.optimizer.step()
-        self.algo.updates += 1
+        self.algo.apply_gradients(update)
         self._set_version(self.version + 1)
 
     def adopt(self, version: int) -> bool:
         """Best-score promotion: make the weights of ``version`` the global ones (a new version).
         False if that version is no longer kept."""
-        import torch
-
         weights = self.history.get(version)
         if weights is None:
             return False
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(weights.copy()), self.algo.main.parameters())
+        self.algo.adopt(weights)
         self._set_version(self.version + 1)
         return True
 

@@ -13,7 +13,6 @@ from mlxe.runtime.ray.server import (
     FifoCombiner,
     ParameterServer,
     WeightHistory,
-    compute_gradient,
 )
 
 SPEC = NetSpec(4, 2, (8,), (8,), (8,))
@@ -74,7 +73,7 @@ def test_server_update_equals_the_learners_own_update():
     w0 = server.weights().copy()
     for _ in range(3):
         b = batch(rng)
-        grad, info = compute_gradient(worker, server.weights(), b)
+        grad, info = worker.gradient(server.weights(), b)
         assert grad.shape == w0.shape and set(info) >= {"loss", "grad_norm"}
         assert server.submit(grad, server.version)
         learner.step(b)
