@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from mlxe.runtime.schedule import Rollout, Rollouts
 
 POLL_S = 0.2  # how often a waiting coordinator looks at Ctrl-C and the wall-time limit
+# IA: an Executor that finished its episode plays on in segments this short, so that it stops soon
+# after the last one finishes (the iteration waits for what it is playing).
+PLAY_ON_STEPS = 64
 
 Rule = Literal["sync", "ia", "oa", "async"]
 
@@ -66,8 +69,8 @@ class Collector:
         self.restart = [False] * n  # its next rollout starts from fresh environments
         self.ahead: list[list[Rollout]] = [[] for _ in range(n)]  # rollouts in before their iteration
 
-    def _ask(self, i: int) -> None:
-        self.rollouts.ask(i, self.filters(), self.restart[i])
+    def _ask(self, i: int, steps: int | None = None) -> None:
+        self.rollouts.ask(i, self.filters(), self.restart[i], steps)
         self.restart[i] = False
         self.outstanding[i] = True
 
@@ -121,7 +124,7 @@ class Collector:
                     complete[i] = complete[i] or self._ends_unit(rollout)
             for i in range(n):
                 if not self.outstanding[i] and wants_more(i):
-                    self._ask(i)
+                    self._ask(i, PLAY_ON_STEPS if complete[i] and self.rule == "ia" else None)
 
         earlier, self.ahead = self.ahead, [[] for _ in range(n)]
         serve([(i, rollout) for i in range(n) for rollout in earlier[i]])

@@ -133,16 +133,16 @@ class RolloutExecutor:
         self.restarted = True  # the next segment is the first of these environments
 
     def rollout(
-        self, filters: dict | None = None, version: int | None = None, restart: bool = False
+        self, filters: dict | None = None, version: int | None = None, restart: bool = False, steps: int | None = None
     ) -> tuple[Segment, list[Episode], dict | None]:
         """The next segment, the episodes that ended in it, and the statistics of its data (None
         without filters); ``filters``: the run-wide ones; ``version``: the weights to play with
         (default: the newest); ``restart``: abandon the episodes in progress first (the previous
-        segment was not trained). An algorithm whose iteration is an episode gets a segment that
-        ends where an episode ends (or after ``rollout.steps`` steps)."""
+        segment was not trained); ``steps``: T (default ``rollout.steps``). An algorithm whose
+        iteration is an episode gets a segment that ends where an episode ends (or after T steps)."""
         if restart:
             self.start()
-        segment, episodes = self.collect(filters, version)
+        segment, episodes = self.collect(filters, version, steps)
         return segment, episodes, self.fresh.state_dict() if self.filters.enabled else None
 
     def pull_weights(self, version: int | None) -> None:
@@ -151,13 +151,15 @@ class RolloutExecutor:
         if self.version != known:
             self.policy.load(self.local)
 
-    def collect(self, filters: dict | None = None, version: int | None = None) -> tuple[Segment, list[Episode]]:
+    def collect(
+        self, filters: dict | None = None, version: int | None = None, steps: int | None = None
+    ) -> tuple[Segment, list[Episode]]:
         """Play T steps in every environment (fewer: see :meth:`rollout`); the segment and the episodes that ended."""
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
         self.fresh = Filters(self.cfg, self.env.obs_dim)
-        T, E = self.cfg.rollout.steps, self.env.num_envs
+        T, E = steps or self.cfg.rollout.steps, self.env.num_envs
         steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
         episodes: list[Episode] = []
@@ -246,7 +248,7 @@ def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:
 def rollout_loop(
     channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1
 ) -> None:
-    """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart)`` ->
+    """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart, steps)`` ->
     ``("rollout", segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
     executor = RolloutExecutor(cfg, index, weights, seed, executors)
     if state is not None:

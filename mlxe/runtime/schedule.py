@@ -66,9 +66,10 @@ class Rollouts(Protocol):
     def publish(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] float32 the version every rollout asked from now on starts with."""
 
-    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
+    def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
         """Start a rollout on Executor ``i``, from the run-wide filter statistics ``filters``;
-        ``restart``: from fresh environments (its previous rollout was not trained)."""
+        ``restart``: from fresh environments (its previous rollout was not trained); ``steps``: at
+        most this many steps (default ``rollout.steps``)."""
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         """The rollouts that arrived within ``timeout`` seconds, as (executor, rollout)."""
@@ -112,8 +113,8 @@ class LocalRollouts:
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)
 
-    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
-        self.pool.send(i, ("rollout", filters, self.weights.version, restart))
+    def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
+        self.pool.send(i, ("rollout", filters, self.weights.version, restart, steps))
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         reply = self.pool.recv(timeout)

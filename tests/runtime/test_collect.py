@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlxe.runtime.collect import Collector
+from mlxe.runtime.collect import PLAY_ON_STEPS, Collector
 
 
 class ScriptedRollouts:
@@ -20,10 +20,11 @@ class ScriptedRollouts:
         self.played = [0] * self.n  # rollouts each Executor has played
         self.pending: list[tuple[float, int, tuple]] = []
         self.asks: list[tuple[int, bool]] = []  # (executor, restart)
+        self.steps: list[int | None] = []  # the step limit of each request
         self.discarded: list[tuple[int, str]] = []
         self.version = 1
 
-    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
+    def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
         assert all(j != i for _, j, _ in self.pending), f"executor {i} asked twice"
         if restart:
             self.played[i] = 0
@@ -33,6 +34,7 @@ class ScriptedRollouts:
         rollout = (SimpleNamespace(executor=i, version=self.version, k=k, restarted=restart), ended, None)
         self.pending.append((self.now + self.delay[i], i, rollout))
         self.asks.append((i, restart))
+        self.steps.append(steps)
 
     def replies(self, timeout: float) -> list:
         due = sorted(p for p in self.pending if p[0] <= self.now + timeout)
@@ -78,6 +80,8 @@ def test_ia_lets_the_finished_play_on_until_everyone_has_finished():
     played_by_0 = [k for i, k in got if i == 0]
     assert len(played_by_0) > 1 and played_by_0 == list(range(len(played_by_0)))  # played on, all trained
     assert not t.pending  # the rollouts in flight are waited for
+    on = [steps for (i, _), steps in zip(t.asks, t.steps) if i == 0][1:]
+    assert on and all(s == PLAY_ON_STEPS for s in on)  # in short segments, so the iteration ends soon
 
 
 def test_oa_takes_one_unit_each_and_plays_at_most_one_ahead():

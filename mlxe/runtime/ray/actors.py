@@ -135,13 +135,13 @@ class RolloutActor(Actor):
             self.load_state_dict(state)
 
     def rollout(
-        self, version: int, box: list, filters: dict | None, restart: bool = False
+        self, version: int, box: list, filters: dict | None, restart: bool = False, steps: int | None = None
     ) -> tuple[Segment, list[Episode], dict | None]:
-        """One segment with the newest of the offered weights (``version``, [ref]) from the run-wide
-        filter statistics ``filters`` (``restart``: from fresh environments): the segment, the
-        episodes that ended, the fresh statistics."""
+        """One segment (at most ``steps`` steps) with the newest of the offered weights (``version``,
+        [ref]) from the run-wide filter statistics ``filters`` (``restart``: from fresh
+        environments): the segment, the episodes that ended, the fresh statistics."""
         self.weights.offer(version, box)
-        return self.executor.rollout(filters, restart=restart)
+        return self.executor.rollout(filters, restart=restart, steps=steps)
 
     def state_dict(self) -> dict:
         return self.executor.state_dict()

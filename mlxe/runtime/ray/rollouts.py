@@ -37,10 +37,10 @@ class RayRollouts:
     def publish(self, weights: np.ndarray) -> None:
         self.run.weights.publish(weights)
 
-    def ask(self, i: int, filters: dict, restart: bool = False) -> None:
+    def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
         version, box = self.run.weights.latest()
         self._asked[i] = (version, filters)
-        self.run.executors.call(i, "rollout", version, box, filters, restart)
+        self.run.executors.call(i, "rollout", version, box, filters, restart, steps)
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
         run = self.run
