@@ -136,7 +136,8 @@ def flatten(x: np.ndarray) -> np.ndarray:
 
 def next_values(segment: Segment, value_of) -> np.ndarray:
     """V(s_{t+1}) [T, E] for GAE: the recorded value of the next row, ``value_of(next_obs)`` after the
-    segment's last step, and ``value_of(final observation)`` where an episode was truncated."""
+    segment's last step, and ``value_of(final observation)`` where an episode ended (GAE masks it
+    after a termination)."""
     value = segment.steps["value"]
     nxt = np.concatenate([value[1:], value_of(segment.next_obs)[None]], axis=0)
     if len(segment.final_t):

@@ -82,7 +82,7 @@ def run_async_gradients(run: RayRun) -> str:
             algo.episodes = trainer.episodes
             algo.decay_learning_rate()
             info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
-            info["lr"] = algo.optimizer.param_groups[0]["lr"]
+            info["lr"] = algo.learning_rate(algo.episodes)
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)
             infos, episodes, updates_before = [], 0, algo.updates
     return trainer.finish(roles)
