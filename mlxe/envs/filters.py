@@ -98,16 +98,15 @@ class Filters:
             fresh.obs.update(obs)
         return self.normalize_obs(obs)
 
-    def observe_rewards(self, rewards: np.ndarray, returns: np.ndarray, ended: np.ndarray, fresh: Filters) -> np.ndarray:
+    def observe_rewards(self, rewards: np.ndarray, returns: np.ndarray, fresh: Filters) -> np.ndarray:
         """rewards [E] -> scaled rewards [E]; ``returns`` [E] (each env's running discounted return,
-        updated in place and zeroed where ``ended``)."""
+        updated in place; the caller zeroes an environment's where its episode ends)."""
         if self.ret is None:
             return rewards
         returns *= self.gamma
         returns += rewards
         self.ret.update(returns)
         fresh.ret.update(returns)
-        returns[ended] = 0.0
         return self.ret.normalize(rewards, self.clip, center=False)
 
     def merge(self, fresh: dict) -> None:

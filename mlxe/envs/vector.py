@@ -7,8 +7,9 @@ costs about what one step of a single Gymnasium CartPole does.
 Semantics shared by every vector env of MLxE (Gymnasium's ``SAME_STEP`` autoreset):
 ``step(actions) -> (obs, reward, terminated, truncated, final_obs)``; an environment whose episode
 ended is reset at once, ``obs`` holds its new first observation and ``final_obs`` the observation
-the episode ended in (what a truncated episode bootstraps from). ``final_obs`` rows of environments
-that did not end equal ``obs``.
+the episode ended in (what a truncated episode bootstraps from): rows of environments that did not
+end equal ``obs``, and ``final_obs`` is None when no episode ended in this step (the common case,
+which the Executor then checks for free).
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ class CartPoleVec:
         x, theta = self.state[:, 0], self.state[:, 2]
         terminated = (np.abs(x) > X_THRESHOLD) | (np.abs(theta) > THETA_THRESHOLD)
         truncated = (self.steps >= self.max_episode_steps) & ~terminated
-        final_obs = self.state.astype(np.float32)
+        final_obs = None
         done = terminated | truncated
         if done.any():
+            final_obs = self.state.astype(np.float32)
             self.state[done] = self._sample_starts(int(done.sum()))
             self.steps[done] = 0
         return self.state.astype(np.float32), np.ones(self.num_envs, np.float32), terminated, truncated, final_obs

@@ -55,7 +55,8 @@ class GymVec:
     def step(self, actions: np.ndarray):
         """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
         terminated, truncated, final_obs), each [E, ...]; an environment whose episode ended is reset
-        at once (``obs``: its new first observation, ``final_obs``: the one its episode ended in)."""
+        at once (``obs``: its new first observation, ``final_obs``: the one its episode ended in;
+        None when no episode ended)."""
         if self.bounds is not None:
             actions = np.clip(actions, *self.bounds)
         else:
@@ -63,21 +64,21 @@ class GymVec:
         E = self.num_envs
         obs = np.empty((E, self.obs_dim), np.float32)
         reward = np.empty(E, np.float32)
-        terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
+        done = np.zeros((2, E), bool)  # terminated, truncated
         final = None
         for i, env in enumerate(self.envs):
-            o, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
-            if terminated[i] or truncated[i]:
-                final = obs.copy() if final is None else final
+            o, reward[i], term, trunc, _ = env.step(actions[i])
+            if term or trunc:
+                done[:, i] = term, trunc
+                if final is None:
+                    final = np.empty_like(obs)
                 final[i] = o
                 o, _ = env.reset()
             obs[i] = o
-        if final is None:
-            final = obs
-        else:
-            ended = terminated | truncated
+        if final is not None:
+            ended = done[0] | done[1]
             final[~ended] = obs[~ended]
-        return obs, reward, terminated, truncated, final
+        return obs, reward, done[0], done[1], final
 
     def state_dict(self) -> list[dict]:
         """Each environment's own checkpointable state (e.g. the CartPole task's episode count)."""
@@ -163,6 +164,8 @@ class RolloutExecutor:
         steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
         episodes: list[Episode] = []
+        raw_rewards = np.zeros((T, E), np.float32)  # the environment's own, for the episode returns
+        begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
         obs, state0 = self.obs, self.state
         for t in range(T):
             seen = self.filters.observe_obs(obs, self.fresh)
@@ -170,29 +173,32 @@ class RolloutExecutor:
             if t == 0:
                 check_fields(extras, self.record)
             next_obs, reward, terminated, truncated, final = self.env.step(action)
-            ended = terminated | truncated
-            learned = self.filters.observe_rewards(reward, self.discounted_return, ended, self.fresh)
+            learned = self.filters.observe_rewards(reward, self.discounted_return, self.fresh)
             steps["obs"][t], steps["action"][t], steps["reward"][t] = seen, action, learned
             steps["terminated"][t], steps["truncated"][t] = terminated, truncated
             for k, v in extras.items():
                 steps[k][t] = v
-            self.ep_length += 1
-            self.ep_return += reward
-            if ended.any():
-                for i in np.flatnonzero(ended):
-                    episodes.append(
-                        Episode(self.index, int(self.ep_length[i]), float(self.ep_return[i]), bool(terminated[i]),
-                                self.version)
-                    )
-                self.ep_length[ended], self.ep_return[ended] = 0, 0.0
-                self.state = reset_state(self.state, ended, self.policy)
-                finals.append((t, np.flatnonzero(ended), final[ended]))
-                if self.until_episode_end:
-                    T = t + 1
-                    steps = {k: v[:T] for k, v in steps.items()}
-                    obs = next_obs
-                    break
+            raw_rewards[t] = reward
             obs = next_obs
+            if final is None:  # no episode ended
+                continue
+            done = terminated | truncated
+            ended = np.flatnonzero(done)
+            for i in ended:
+                length = int(self.ep_length[i] + t + 1 - begin[i])
+                total = float(self.ep_return[i] + raw_rewards[begin[i] : t + 1, i].sum(dtype=np.float64))
+                episodes.append(Episode(self.index, length, total, bool(terminated[i]), self.version))
+            self.ep_length[ended], self.ep_return[ended], begin[ended] = 0, 0.0, t + 1
+            self.discounted_return[ended] = 0.0
+            self.state = reset_state(self.state, done, self.policy)
+            finals.append((t, ended, final[ended]))
+            if self.until_episode_end:
+                T = t + 1
+                steps = {k: v[:T] for k, v in steps.items()}
+                break
+        in_progress = np.arange(T)[:, None] >= begin  # [T, E]: the steps of the episodes that go on
+        self.ep_length += T - begin
+        self.ep_return += np.where(in_progress, raw_rewards[:T], 0.0).sum(axis=0)
         self.obs = obs
         normalize = self.filters.normalize_obs
         final_t = np.array([t for t, envs, _ in finals for _ in envs], np.int64)

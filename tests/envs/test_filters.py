@@ -84,7 +84,8 @@ def test_rewards_are_scaled_by_the_spread_of_the_discounted_return():
     seen = []
     for t in range(4):
         ended = np.array([t == 1, False])
-        scaled = f.observe_rewards(np.array([1.0, 2.0]), returns, ended, fresh)
+        scaled = f.observe_rewards(np.array([1.0, 2.0]), returns, fresh)
+        returns[ended] = 0.0
         seen.append(scaled)
     # env 0: returns 1, 1.9 (ends, reset), 1, 1.9; env 1: 2, 3.8, 5.42, 6.878
     r = np.array([1, 2, 1.9, 3.8, 1, 5.42, 1.9, 6.878])
@@ -103,4 +104,4 @@ def test_disabled_filters_pass_data_through():
     obs = np.array([[1.5, -2.0]])
     np.testing.assert_array_equal(f.normalize_obs(obs), obs)
     rewards = np.array([3.0])
-    assert f.observe_rewards(rewards, np.zeros(1), np.array([False]), f) is rewards
+    assert f.observe_rewards(rewards, np.zeros(1), f) is rewards

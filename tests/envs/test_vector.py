@@ -19,7 +19,7 @@ def test_same_physics_as_gymnasium_cartpole_step_by_step():
         for i, env in enumerate(refs):
             env.state = before[i]
             ref_obs, ref_r, ref_term, _, _ = env.step(int(actions[i]))
-            np.testing.assert_allclose(final[i], ref_obs, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(obs[i] if final is None else final[i], ref_obs, rtol=1e-6, atol=1e-7)
             assert reward[i] == ref_r and terminated[i] == ref_term
 
 
@@ -33,6 +33,7 @@ def test_ended_envs_reset_at_once_and_keep_their_final_observation():
     assert np.all(np.abs(obs[0]) <= 0.05)  # already the next episode's start
     np.testing.assert_array_equal(final[1], obs[1])  # not ended: final_obs == obs
     assert vec.steps[0] == 0 and vec.steps[1] == 1
+    assert vec.step(np.array([1, 1]))[4] is None  # no episode ended: no final observations
 
 
 def test_step_cap_truncates_and_is_not_a_failure():

@@ -35,7 +35,7 @@ def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
     t, e = next((t, e) for t, e in np.argwhere(steps["truncated"]) if t < len(steps["truncated"]) - 1)
     physics = CartPoleVec(1, max_episode_steps=10**6)  # step the stored state with the stored action
     physics.state[:] = steps["obs"][t, e]
-    final_obs = physics.step(steps["action"][t, e][None])[4]
+    final_obs = physics.step(steps["action"][t, e][None])[0]  # no episode ends there: obs is final_obs
     k = np.flatnonzero((segment.final_t == t) & (segment.final_env == e))[0]
     np.testing.assert_allclose(segment.final_obs[k], final_obs[0], rtol=1e-6)
     nxt = segment.next_observations()
@@ -50,9 +50,12 @@ def test_rollout_bootstraps_truncations_from_the_final_observation(tmp_path):
 def test_rollout_counts_episodes_across_rollouts(tmp_path):
     cfg = ppo_config(tmp_path, "env.max_episode_steps=7", "envs_per_executor=2", "rollout.steps=5")
     ex = executor(cfg)
-    lengths = [e.length for _ in range(6) for e in ex.rollout()[1]]
+    episodes = [e for _ in range(6) for e in ex.rollout()[1]]
+    lengths = [e.length for e in episodes]
+    assert all(e.total_return == e.length for e in episodes)
     # 2 envs x 30 steps: finished episodes plus the ones in progress account for every step
     assert sum(lengths) + ex.ep_length.sum() == 60
+    assert ex.ep_return.tolist() == ex.ep_length.tolist()  # CartPole pays 1 per step
     assert max(lengths) <= 7 and len(lengths) >= 2 * (30 // 7)
 
 
