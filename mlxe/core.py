@@ -200,6 +200,12 @@ class Algorithm(ABC):
         """The server's optimizer step with ``grad`` [P] (combined from the workers') as the gradient."""
         raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
 
+    def server_iteration(self, episodes: int) -> dict[str, float]:
+        """The server's iteration boundary, ``episodes`` finished run-wide so far (also called once at
+        start): advance the schedules that :meth:`update` would (e.g. the learning rate); returns
+        metrics to log with the loss terms (e.g. ``lr``)."""
+        return {}
+
     def adopt(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] (as :meth:`weights` gives them) the model's: best-score promotion."""
         raise NotImplementedError(f"{type(self).__name__} cannot adopt weights")

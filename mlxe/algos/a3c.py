@@ -441,6 +441,11 @@ class A3C(Algorithm):
         self.optimizer.step()
         self.updates += 1
 
+    def server_iteration(self, episodes: int) -> dict[str, float]:
+        self.episodes = episodes
+        self.decay_learning_rate()
+        return {"lr": self.learning_rate(episodes)}
+
     def adopt(self, weights: np.ndarray) -> None:
         import torch
 

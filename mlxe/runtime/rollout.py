@@ -108,13 +108,15 @@ class RolloutExecutor:
 
     def __init__(self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1) -> None:
         self.cfg, self.index = cfg, index
-        self.env = make_vector_env(cfg, cfg.envs_per_executor, seed)
+        # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
+        env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
+        self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed)
         self.spec = net_spec(cfg, self.env.obs_dim, self.env.n_actions)
         self.weights = weights
         algorithm = algos.algorithm(cfg.algo.name)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
         self.version = -1
-        self.policy: Policy = algorithm.make_policy(cfg, self.spec, seed, executors)
+        self.policy: Policy = algorithm.make_policy(cfg, self.spec, policy_seed, executors)
         self.record = algorithm.record(cfg, self.spec)
         self.until_episode_end = algorithm.iteration == "episode"
         self.fields = {**step_fields(self.spec), **self.record}

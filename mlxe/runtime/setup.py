@@ -22,9 +22,9 @@ class Seeds:
 
     @classmethod
     def derive(cls, seed: int, executors: int) -> Seeds:
-        children = np.random.SeedSequence(seed).spawn(executors + 3)
+        children = np.random.SeedSequence(seed).spawn(executors + 2)
         ints = [int(c.generate_state(1)[0]) for c in children]
-        return cls(ints[0], ints[3:], ints[2])  # child 1 is left unused: no role needs it
+        return cls(ints[0], ints[2:], ints[1])
 
 
 def problem_spec(cfg: Config) -> NetSpec:

@@ -676,3 +676,10 @@ def test_the_server_applies_a_gradient_as_one_optimizer_step_and_adopts_weights(
     assert server.updates == 1
     server.adopt(w0)
     np.testing.assert_array_equal(server.weights(), w0)
+
+
+def test_the_server_decays_the_learning_rate_by_run_wide_episodes():
+    server = learner("algo.lr=0.1", "algo.lr_decay=0.5", "algo.lr_min=0.01")
+    assert server.server_iteration(2) == {"lr": pytest.approx(0.025)}
+    assert server.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+    assert server.server_iteration(10)["lr"] == 0.01

@@ -14,8 +14,8 @@ the calls that answer them carry it.
 work with the weights it holds while the newer ones are on their way (RELAAX's non-blocking pull);
 its gradients then lag one more version, which is what delay compensation is for.
 
-The learning-rate schedule runs as on the Learner: every ``executors`` episodes (an "iteration" of
-the metrics) lr = max(lr0 * lr_decay ** episodes, lr_min).
+Every ``executors`` episodes (an "iteration" of the metrics) the server's algorithm advances its
+schedules (``Algorithm.server_iteration``: A3C's learning-rate decay by episodes) as its Learner would.
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ def run_async_gradients(run: RayRun) -> str:
     history = WeightHistory(cfg.ray.dc_history)
     combiner = make_combiner(cfg.ray, history)
     server = ParameterServer(algo, combiner, history)
-    algo.episodes = trainer.episodes
-    algo.decay_learning_rate()
+    algo.server_iteration(trainer.episodes)
     run.weights.publish(server.weights(), server.version)
     depth = 2 if cfg.ray.hogwild else 1
 
@@ -79,10 +78,8 @@ def run_async_gradients(run: RayRun) -> str:
         dispatch()
         run.tick()
         if episodes >= run.n:
-            algo.episodes = trainer.episodes
-            algo.decay_learning_rate()
             info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
-            info["lr"] = algo.learning_rate(algo.episodes)
+            info.update(algo.server_iteration(trainer.episodes))
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)
             infos, episodes, updates_before = [], 0, algo.updates
     return trainer.finish(roles)
