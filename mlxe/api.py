@@ -98,8 +98,8 @@ def evaluate(
     """Replay a trained policy greedily (normal starts, no exploration).
 
     ``source``: a run directory (its ``best.pt``, the model that reached the goal; ``last``: its
-    ``last.pt``) or a checkpoint file. Returns mean/std return, mean/min/max length and the
-    per-episode lists.
+    ``last.pt``) or a checkpoint file. Returns the checkpoint file read, mean/std return,
+    mean/min/max length and the per-episode lists.
     """
     from mlxe.algos import algorithm
     from mlxe.envs.filters import Filters
@@ -115,11 +115,12 @@ def evaluate(
         config = from_dict(read_yaml(run_dir / "config.yaml"))
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
-    state = load_checkpoint(checkpoint_file(source, last))
+    path = checkpoint_file(source, last)
+    state = load_checkpoint(path)
     spec = problem_spec(config)
     seed = config.seed if seed is None else seed
     policy = algorithm(config.algo.name).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
-    return evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)
+    return {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}

@@ -75,6 +75,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    print(f"checkpoint {result['checkpoint']}")
     for i, (ret, n) in enumerate(zip(result["returns"], result["lengths"]), 1):
         print(f"episode {i:3d}: return {ret:10.2f}  length {n}")
     print(

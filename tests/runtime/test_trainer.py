@@ -1,5 +1,7 @@
 """The Trainer's two checkpoints: best.pt holds the model that reached the goal, and is what is evaluated."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -72,9 +74,9 @@ def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
     run_dir = mlxe.train(cfg).run_dir
     assert checkpoint_file(run_dir).name == "best.pt" and checkpoint_file(run_dir, last=True).name == "last.pt"
     assert main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0
-    by_default = capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(checkpoint_file(run_dir))
     assert main(["eval", "--last", str(run_dir), "--episodes", "2", "--json"]) == 0
-    assert by_default != capsys.readouterr().out  # two different models
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(checkpoint_file(run_dir, last=True))
     assert main(["eval", "--last", str(checkpoint_file(run_dir)), "--episodes", "2"]) == 2  # a file: no choice
     assert "--last chooses a run directory's last.pt" in capsys.readouterr().err
 
