@@ -166,7 +166,6 @@ class RolloutExecutor:
         steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
         episodes: list[Episode] = []
-        raw_rewards = np.zeros((T, E), np.float32)  # the environment's own, for the episode returns
         begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
         obs, state0 = self.obs, self.state
         for t in range(T):
@@ -180,16 +179,15 @@ class RolloutExecutor:
             steps["terminated"][t], steps["truncated"][t] = terminated, truncated
             for k, v in extras.items():
                 steps[k][t] = v
-            raw_rewards[t] = reward
+            self.ep_return += reward  # in the environment's own rewards
             obs = next_obs
             if final is None:  # no episode ended
                 continue
             done = terminated | truncated
             ended = np.flatnonzero(done)
-            for i in ended:
-                length = int(self.ep_length[i] + t + 1 - begin[i])
-                total = float(self.ep_return[i] + raw_rewards[begin[i] : t + 1, i].sum(dtype=np.float64))
-                episodes.append(Episode(self.index, length, total, bool(terminated[i]), self.version))
+            lengths = self.ep_length[ended] + (t + 1 - begin[ended])  # lengths are counted at episode ends
+            for length, total, failed in zip(lengths.tolist(), self.ep_return[ended].tolist(), terminated[ended].tolist()):
+                episodes.append(Episode(self.index, length, total, failed, self.version))
             self.ep_length[ended], self.ep_return[ended], begin[ended] = 0, 0.0, t + 1
             self.discounted_return[ended] = 0.0
             self.state = reset_state(self.state, done, self.policy)
@@ -198,9 +196,7 @@ class RolloutExecutor:
                 T = t + 1
                 steps = {k: v[:T] for k, v in steps.items()}
                 break
-        in_progress = np.arange(T)[:, None] >= begin  # [T, E]: the steps of the episodes that go on
-        self.ep_length += T - begin
-        self.ep_return += np.where(in_progress, raw_rewards[:T], 0.0).sum(axis=0)
+        self.ep_length += T - begin  # the episodes that go on carry their steps into the next segment
         self.obs = obs
         normalize = self.filters.normalize_obs
         final_t = np.array([t for t, envs, _ in finals for _ in envs], np.int64)
