@@ -13,7 +13,7 @@ weights are scaled by 0.01 and its biases are 0 (mean outputs) or softplus^-1(ex
 
 Two implementations of the same function:
 
-* :class:`ActorCritic`, the torch module the Learner trains;
+* :class:`~mlxe.models.torch_modules.ActorCritic`, the torch module the Learner trains;
 * :class:`NumpyActorCritic`, a NumPy mirror the Executors act with. For one observation at a time
   a torch forward pass costs ~60 us of framework overhead, the NumPy mirror ~15 us (measured on the
   default 128-256-128 / 64-128-64 network), and acting is where the time of a CartPole run goes.
@@ -123,82 +123,11 @@ class NetSpec:
 
 
 def build_torch(spec: NetSpec):
-    """The torch module of ``spec`` (imported lazily: Executors do not need torch)."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
+    """The torch module of ``spec``, :class:`mlxe.models.torch_modules.ActorCritic` (imported
+    lazily: Executors do not need torch)."""
+    from mlxe.models.torch_modules import ActorCritic
 
-    from mlxe.models.noisy import build_noisy_linear
-
-    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}[spec.activation]
-
-    def mlp(shapes: list[tuple[int, int]], last_linear: bool, noisy: bool = False) -> nn.Sequential:
-        layers: list[nn.Module] = []
-        for n, (i, o) in enumerate(shapes):
-            layers.append(build_noisy_linear(i, o) if noisy else nn.Linear(i, o))
-            if not (last_linear and n == len(shapes) - 1):
-                layers.append(act())
-        return nn.Sequential(*layers)
-
-    class LogStd(nn.Module):
-        """The state-independent log std [A]; a child module so that it comes last in ``parameters()``
-        (a module's own parameters would come before its children's)."""
-
-        def __init__(self, n: int, init: float) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.full((n,), init))
-
-    class ActorCritic(nn.Module):
-        """``forward(obs [B, obs_dim]) -> (policy, value [B])``: ``policy`` is logits [B, A] (Discrete)
-        or (mean [B, A], std [B, A]) (Box)."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            trunk, policy, value = spec.layer_shapes()
-            self.spec = spec
-            self.trunk = mlp(trunk, last_linear=False)
-            self.policy = mlp(policy, last_linear=True, noisy=spec.noisy_policy)
-            self.value = mlp(value, last_linear=True)
-            if spec.continuous:
-                center, scale = spec.action_center_scale()
-                self.register_buffer("center", torch.as_tensor(center), persistent=False)
-                self.register_buffer("scale", torch.as_tensor(scale), persistent=False)
-                last = self.policy[-1]
-                with torch.no_grad():  # start at mean ~ center, std ~ exp(log_std_init) in every state
-                    last.weight.mul_(0.01)
-                    last.bias.zero_()
-                    if spec.std == "softplus":
-                        last.bias[spec.n_actions :] = spec.softplus_bias()
-                if spec.std == "state_independent":
-                    self.log_std = LogStd(spec.n_actions, spec.log_std_init)
-
-        def noisy_layers(self) -> list[nn.Module]:
-            return [m for m in self.policy if hasattr(m, "reset_noise")]
-
-        def reset_noise(self) -> None:
-            for layer in self.noisy_layers():
-                layer.reset_noise()
-
-        def set_noise(self, enabled: bool) -> None:
-            for layer in self.noisy_layers():
-                layer.noise = enabled
-
-        def forward(self, obs: torch.Tensor):
-            h = self.trunk(obs)
-            policy = self.policy(h)
-            if spec.continuous:
-                policy = self.gaussian(policy)
-            return policy, self.value(h).squeeze(-1)
-
-        def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A])."""
-            n = spec.n_actions
-            mean = self.center + self.scale * torch.tanh(out[..., :n])
-            if spec.std == "softplus":
-                return mean, F.softplus(out[..., n:]) + MIN_STD
-            return mean, self.log_std.weight.exp().expand_as(mean)
-
-    return ActorCritic()
+    return ActorCritic(spec)
 
 
 def flat_weights(model) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Factorized-Gaussian NoisyNet linear layers (Fortunato et al., 2018), torch and NumPy.
+"""Factorized-Gaussian NoisyNet linear layers (Fortunato et al., 2018): the NumPy mirror (the torch
+layer is :class:`mlxe.models.torch_modules.NoisyLinear`).
 
 w = mu_w + sigma_w * outer(f(eps_out), f(eps_in)), b = mu_b + sigma_b * f(eps_out),
 f(x) = sign(x) sqrt(|x|), eps ~ N(0, 1). Parameters are registered in the order
@@ -8,8 +9,6 @@ With noise off the layer is the deterministic mean layer (mu_w, mu_b).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 SIGMA0 = 0.5  # initial noise scale, divided by sqrt(fan-in)
@@ -17,38 +16,6 @@ SIGMA0 = 0.5  # initial noise scale, divided by sqrt(fan-in)
 
 def _scale(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.sqrt(np.abs(x))
-
-
-def build_noisy_linear(in_features: int, out_features: int):
-    """A torch ``NoisyLinear(in, out)`` module (torch imported lazily)."""
-    import torch
-    from torch import nn
-
-    class NoisyLinear(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            bound = 1.0 / math.sqrt(in_features)
-            self.mu_w = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
-            self.sigma_w = nn.Parameter(torch.full((out_features, in_features), SIGMA0 * bound))
-            self.mu_b = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
-            self.sigma_b = nn.Parameter(torch.full((out_features,), SIGMA0 * bound))
-            self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
-            self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
-            self.noise = True
-
-        def reset_noise(self) -> None:
-            f = lambda x: x.sign() * x.abs().sqrt()  # noqa: E731
-            # drawn on the layer's device (no copy per update); on the CPU the same stream as ever
-            self.eps_in.copy_(f(torch.randn(in_features, device=self.eps_in.device)))
-            self.eps_out.copy_(f(torch.randn(out_features, device=self.eps_out.device)))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if not self.noise:
-                return nn.functional.linear(x, self.mu_w, self.mu_b)
-            w = self.mu_w + self.sigma_w * torch.outer(self.eps_out, self.eps_in)
-            return nn.functional.linear(x, w, self.mu_b + self.sigma_b * self.eps_out)
-
-    return NoisyLinear()
 
 
 class NumpyNoisyLinear:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch
-from mlxe.models.noisy import build_noisy_linear
+from mlxe.models.torch_modules import NoisyLinear
 
 SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,), noisy_policy=True)
 OBS = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)
@@ -41,7 +41,7 @@ def forward(model, obs=OBS):
 
 
 def known_layer():
-    layer = build_noisy_linear(3, 2)
+    layer = NoisyLinear(3, 2)
     with torch.no_grad():
         layer.mu_w.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
         layer.sigma_w.fill_(0.1)
@@ -74,7 +74,7 @@ def test_layer_noise_off_is_mean_layer():
 
 def test_layer_init_sigma_and_mu_range():
     torch.manual_seed(0)
-    layer = build_noisy_linear(4, 3)
+    layer = NoisyLinear(4, 3)
     # sigma = 0.5 / sqrt(fan_in = 4) = 0.25 ; mu ~ U(-1/sqrt(4), 1/sqrt(4)) = U(-0.5, 0.5)
     assert torch.all(layer.sigma_w == 0.25) and torch.all(layer.sigma_b == 0.25)
     assert layer.sigma_w.shape == (3, 4) and layer.sigma_b.shape == (3,)
@@ -84,7 +84,7 @@ def test_layer_init_sigma_and_mu_range():
 
 
 def test_layer_parameter_order():
-    layer = build_noisy_linear(2, 3)
+    layer = NoisyLinear(2, 3)
     names = [n for n, _ in layer.named_parameters()]
     assert names == ["mu_w", "sigma_w", "mu_b", "sigma_b"]
     # noise buffers are not checkpointed
@@ -92,7 +92,7 @@ def test_layer_parameter_order():
 
 
 def test_layer_reset_noise_scales_gaussian_draws():
-    layer = build_noisy_linear(3, 2)
+    layer = NoisyLinear(3, 2)
     torch.manual_seed(11)
     layer.reset_noise()
     torch.manual_seed(11)
