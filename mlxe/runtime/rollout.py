@@ -163,7 +163,7 @@ class RolloutExecutor:
             self.filters.load_state_dict(filters)
         self.fresh = Filters(self.cfg, self.env.obs_dim)
         T, E = steps or self.cfg.rollout.steps, self.env.num_envs
-        steps = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
+        data = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
         episodes: list[Episode] = []
         begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
@@ -175,10 +175,10 @@ class RolloutExecutor:
                 check_fields(extras, self.record)
             next_obs, reward, terminated, truncated, final = self.env.step(action)
             learned = self.filters.observe_rewards(reward, self.discounted_return, self.fresh)
-            steps["obs"][t], steps["action"][t], steps["reward"][t] = seen, action, learned
-            steps["terminated"][t], steps["truncated"][t] = terminated, truncated
+            data["obs"][t], data["action"][t], data["reward"][t] = seen, action, learned
+            data["terminated"][t], data["truncated"][t] = terminated, truncated
             for k, v in extras.items():
-                steps[k][t] = v
+                data[k][t] = v
             self.ep_return += reward  # in the environment's own rewards
             obs = next_obs
             if final is None:  # no episode ended
@@ -194,7 +194,7 @@ class RolloutExecutor:
             finals.append((t, ended, final[ended]))
             if self.until_episode_end:
                 T = t + 1
-                steps = {k: v[:T] for k, v in steps.items()}
+                data = {k: v[:T] for k, v in data.items()}
                 break
         self.ep_length += T - begin  # the episodes that go on carry their steps into the next segment
         self.obs = obs
@@ -205,7 +205,7 @@ class RolloutExecutor:
             normalize(np.concatenate([o for _, _, o in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
         )
         segment = Segment(
-            self.index, self.version, steps, normalize(obs), final_t, final_env, final_obs, state0, self.restarted
+            self.index, self.version, data, normalize(obs), final_t, final_env, final_obs, state0, self.restarted
         )
         self.restarted = False
         return segment, episodes
