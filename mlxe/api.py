@@ -121,6 +121,6 @@ def evaluate(
     seed = config.seed if seed is None else seed
     policy = algorithm(config.algo.name).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
-    filters = Filters(config, spec.obs_dim)  # the observation statistics the policy was trained with
+    filters = Filters(config, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
     return {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}

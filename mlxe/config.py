@@ -57,10 +57,29 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int = 50_000  # training episodes are cut (truncated) here
     task: TaskConfig = field(default_factory=TaskConfig)
+    # Atari (ale-py, ``pip install mlxe[atari]``): the id (e.g. "ALE/Pong-v5") is made with frameskip 1,
+    # then Gymnasium's AtariPreprocessing (30 no-op starts, 4 frames skipped with max-pooling, 84x84
+    # grayscale, uint8) and FrameStackObservation of ``frame_stack`` frames.
+    atari: bool = False
+    frame_stack: int | None = None  # the last N observations as one (channels first); null: 4 with atari, else none
+    # Gymnasium wrappers applied in order after the above: "package.module:Class" or
+    # {wrapper: "package.module:Class", kwargs: {...}}
+    wrappers: list[Any] = field(default_factory=list)
 
 
 @dataclass
 class ModelConfig:
+    # encoder -> trunk MLP -> policy and value heads (mlxe.models.actor_critic). The encoder reads
+    # the observation: "mlp" (a flat Box: the trunk reads it as it is), "onehot" (Discrete), "cnn"
+    # (an image: the ``conv`` layers) or "impala_cnn" (IMPALA's residual stages of
+    # ``impala_channels``); "auto" picks by the observation space.
+    encoder: Literal["auto", "mlp", "onehot", "cnn", "impala_cnn"] = "auto"
+    # cnn: [out_channels, kernel, stride] or [out_channels, kernel, stride, padding] per layer
+    # (default: the Nature DQN's)
+    conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
+    impala_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+    channels_last: bool | None = None  # images stored [H, W, C]; null: when the last axis is the shortest
+    custom: str | None = None  # "package.module:Class": a torch module replacing the whole network
     trunk: list[int] = field(default_factory=lambda: [128, 256, 128])
     policy_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
@@ -354,6 +373,7 @@ def _check_ranges(cfg: Config) -> None:
     positive = {
         "torch_threads": cfg.torch_threads,
         "env.max_episode_steps": cfg.env.max_episode_steps,
+        "env.frame_stack": cfg.env.frame_stack,
         "envs_per_executor": cfg.envs_per_executor,
         "rollout.steps": cfg.rollout.steps,
         "memory.capacity_per_executor": cfg.memory.capacity_per_executor,
@@ -374,6 +394,7 @@ def _check_ranges(cfg: Config) -> None:
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    _check_model(cfg.model)
     cfg.algo.check(cfg)
     from mlxe.algos import algorithm
 
@@ -390,6 +411,24 @@ def _check_ranges(cfg: Config) -> None:
             f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "
             f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
         )
+
+
+def _check_model(m: ModelConfig) -> None:
+    for i, layer in enumerate(m.conv):
+        if len(layer) not in (3, 4) or min(layer[:3]) < 1 or (len(layer) == 4 and layer[3] < 0):
+            raise ConfigError(
+                f"model.conv[{i}]: {layer!r} is not allowed; expected [out_channels, kernel, stride] or "
+                "[out_channels, kernel, stride, padding], positive integers (padding >= 0)"
+            )
+    if not m.conv:
+        raise ConfigError("model.conv: expected at least one layer")
+    if not m.impala_channels or min(m.impala_channels) < 1:
+        raise ConfigError(f"model.impala_channels: {m.impala_channels!r} is not allowed; expected positive integers")
+    for key in ("trunk", "policy_head", "value_head"):
+        if any(size < 1 for size in getattr(m, key)):
+            raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not allowed; expected positive layer sizes")
+    if m.custom is not None and not re.fullmatch(r"[\w.]+:\w+", m.custom):
+        raise ConfigError(f"model.custom: {m.custom!r} is not allowed; expected 'package.module:Class'")
 
 
 def _check_sections(cfg: Config) -> None:

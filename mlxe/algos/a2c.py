@@ -35,7 +35,7 @@ from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm as AlgorithmBase
 from mlxe.core import Field, Segment, State
 from mlxe.exploration import log_softmax
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, share_flat
+from mlxe.models.actor_critic import NetSpec, acting_network, share_flat
 from mlxe.models.backprop import Backprop
 
 # The NumPy gradient must match autograd's to this relative (L2) error; float32 rounding gives ~1e-7.
@@ -90,12 +90,12 @@ def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 
 class ActorCriticPolicy:
-    """The actor-critic MLP in NumPy (:class:`NumpyActorCritic`): samples actions and records
-    ``logp`` (log pi(a|s)) and ``value`` (V(s)); feed-forward, so its state is None."""
+    """The actor-critic network (the NumPy mirror for an MLP: :func:`acting_network`): samples actions
+    and records ``logp`` (log pi(a|s)) and ``value`` (V(s)); feed-forward, so its state is None."""
 
     def __init__(self, spec: NetSpec, seed: int) -> None:
         self.weights = np.zeros(spec.num_params(), np.float32)
-        self.net = NumpyActorCritic(spec, self.weights)
+        self.net = acting_network(spec, self.weights)
         self.continuous = spec.continuous
         self.rng = np.random.default_rng(seed)
 
@@ -239,7 +239,7 @@ class A2C(AlgorithmBase):
         import torch
 
         with torch.no_grad():
-            _, v = self.main(torch.tensor(obs, dtype=torch.float32, device=self.device))  # a copy: obs may be read-only
+            _, v = self.main(torch.tensor(obs, device=self.device))  # a copy: obs may be read-only
         return v.cpu().numpy()
 
     # -- loss -------------------------------------------------------------------------------------
@@ -273,7 +273,12 @@ class A2C(AlgorithmBase):
     def make_backprop(self) -> Backprop | None:
         """NumPy backprop over the flat vector's memory (``algo.backprop``), or None: torch autograd."""
         choice = self.algo.backprop
-        supported = self.device.type == "cpu" and not self.spec.noisy_policy
+        if choice == "numpy" and not self.spec.mlp_only:
+            raise ConfigError(
+                f"algo.backprop: 'numpy' back-propagates the MLP over flat observations, not the {self.spec.encoder!r} "
+                "encoder or a model.custom module; use 'auto' or 'autograd'"
+            )
+        supported = self.device.type == "cpu" and not self.spec.noisy_policy and self.spec.mlp_only
         # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores
         if choice == "autograd" or not supported or (choice == "auto" and self.cfg.torch_threads > 1):
             return None

@@ -40,7 +40,7 @@ from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import Greedy, make_exploration, softmax
 from mlxe.memory.episode_replay import EpisodeReplay
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
+from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
 
 
 @dataclass
@@ -123,7 +123,7 @@ class A3CPolicy:
         self.exploration = make_exploration(e.name, e.epsilon, e.decay)
         self.greedy = Greedy()
         self.weights = np.zeros(spec.num_params(), np.float32)
-        self.net = NumpyActorCritic(spec, self.weights)
+        self.net = acting_network(spec, self.weights)
         self.noisy = spec.noisy_policy
         self.rng = np.random.default_rng(seed)
 
@@ -160,9 +160,11 @@ class EpisodeWindow:
 
     FIELDS = ("obs", "action", "reward", "next_obs", "logp")
 
-    def __init__(self, keep: int, obs_dim: int) -> None:
+    def __init__(self, keep: int, spec: NetSpec) -> None:
         self.keep = keep
-        self.data = {k: np.zeros((keep, obs_dim) if k.endswith("obs") else keep, np.float32) for k in self.FIELDS}
+        self.data = {k: np.zeros(keep, np.float32) for k in self.FIELDS}
+        self.data["obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
+        self.data["next_obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
         self.data["action"] = np.zeros(keep, np.int64)
         self.length = 0  # steps of the episode so far
         self.total_return = 0.0
@@ -260,13 +262,15 @@ class A3C(Algorithm):
         self.fresh, self.owed = False, 0  # a parameter-server worker: an episode stored since, gradients owed
         every = self.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
+        # the network bootstrap values are computed with: the newest published weights
+        self.acting = acting_network(spec, np.zeros(spec.num_params(), np.float32))
         self._reset_versions()
 
     def _reset_versions(self) -> None:
         """Versions count publications from this (re)start: 1 for the weights published first, then
         one per :meth:`update`. The policy the Learner computes bootstrap values with follows them."""
         self.version = 1
-        self.acting = NumpyActorCritic(self.spec, self.weights())
+        np.copyto(self.acting.flat, self.weights())
         if self.best is not None:
             self.best.snapshot(self.version, self.main)
 
@@ -283,7 +287,7 @@ class A3C(Algorithm):
             for t in [*np.flatnonzero(ended[:, e]), None]:
                 stop = len(ended) if t is None else t + 1
                 if stop > start:
-                    window = self.windows.setdefault(key, EpisodeWindow(self.keep, self.spec.obs_dim))
+                    window = self.windows.setdefault(key, EpisodeWindow(self.keep, self.spec))
                     part = {k: steps[k][start:stop, e] for k in ("obs", "action", "reward", "logp")}
                     window.extend({**part, "next_obs": next_obs[start:stop, e]})
                 if t is not None:
@@ -369,7 +373,7 @@ class A3C(Algorithm):
         stats = [self.step(self.replay.batch()) for _ in range(self.updates_per_iteration(len(self.replay)))]
         self.iterations += 1
         self.version += 1
-        self.acting = NumpyActorCritic(self.spec, self.weights())
+        np.copyto(self.acting.flat, self.weights())
         if self.best is not None:
             self.best.snapshot(self.version, self.main)
         if not stats:
@@ -401,7 +405,7 @@ class A3C(Algorithm):
         episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
         stored rows: the minimum-updates rule, shared between the workers."""
 
-        self.acting = NumpyActorCritic(self.spec, weights)  # what the worker plays (and bootstraps) with next
+        np.copyto(self.acting.flat, weights)  # what the worker plays (and bootstraps) with next
         if self.fresh:  # re-weight with the newest weights; the priority exponent anneals per run-wide episode
             self.replay.begin_iteration(self.episodes * workers, weights)
             self.owed = -(-self.updates_per_iteration(len(self.replay) * workers) // workers)

@@ -36,7 +36,7 @@ from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.replay import ReplayMemory
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
+from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
 
 
 @dataclass
@@ -109,7 +109,7 @@ class QPolicy:
     def __init__(self, spec: NetSpec, algo: Config, seed: int, executors: int = 1) -> None:
         require_discrete(spec)
         self.weights = np.zeros(spec.num_params(), np.float32)
-        self.net = NumpyActorCritic(spec, self.weights)
+        self.net = acting_network(spec, self.weights)
         self.algo, self.executors = algo, executors
         self.rng = np.random.default_rng(seed)
         self.steps = 0  # this Executor's env steps (all of its environments)
@@ -153,13 +153,15 @@ class QPolicy:
 WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
 
 
-def replay_layout(obs_dim: int) -> dict[str, tuple[tuple[int, ...], type]]:
-    """One stored transition: s_t, a_t, the n-step return G, s_{t+m} and its bootstrap discount."""
+def replay_layout(spec: NetSpec) -> dict[str, tuple[tuple[int, ...], type]]:
+    """One stored transition: s_t, a_t, the n-step return G, s_{t+m} and its bootstrap discount
+    (observations as the Executors store them: images as bytes)."""
+    obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
     return {
-        "obs": ((obs_dim,), np.float32),
+        "obs": obs,
         "action": ((), np.int64),
         "ret": ((), np.float32),
-        "next_obs": ((obs_dim,), np.float32),
+        "next_obs": obs,
         "discount": ((), np.float32),
     }
 
@@ -221,7 +223,7 @@ class DQN(Algorithm):
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True)
-        self.replay = ReplayMemory(self.algo.buffer_size, replay_layout(spec.obs_dim))
+        self.replay = ReplayMemory(self.algo.buffer_size, replay_layout(spec))
         self.priorities = (
             ProportionalPriorities(self.algo.buffer_size, self.algo.priority_alpha) if self.algo.prioritized else None
         )

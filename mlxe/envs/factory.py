@@ -7,13 +7,16 @@ import importlib
 from typing import Any
 
 import gymnasium
+import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
 from mlxe.config import ConfigError
 from mlxe.envs.cartpole_task import CartPoleTask
 
-__all__ = ["TASK_KEYS", "make_env"]
+__all__ = ["TASK_KEYS", "make_env", "env_spaces", "observation_layout"]
+
+ATARI_EXTRA = "pip install 'mlxe[atari]'"
 
 TASK_KEYS: frozenset[str] = frozenset(
     {"x_squared", "adverse_starts", "shaped_reward", "failure_reward"}
@@ -29,6 +32,9 @@ def make_env(
     task: dict[str, Any] | None = None,
     seed: int | None = None,
     render_mode: str | None = None,
+    atari: bool = False,
+    frame_stack: int | None = None,
+    wrappers: list | None = None,
 ) -> gymnasium.Env:
     """Build an environment.
 
@@ -44,6 +50,12 @@ def make_env(
         seed: if given, seeds the action space only; seed episodes through
             ``env.reset(seed=...)``.
         render_mode: Gymnasium render mode passed to the constructor.
+        atari: an ale-py id made with ``frameskip=1`` and wrapped in Gymnasium's
+            ``AtariPreprocessing`` (84x84 grayscale uint8, 4 frames skipped, 30 no-op starts).
+        frame_stack: the last ``frame_stack`` observations as one (``FrameStackObservation``,
+            a new leading axis); None: 4 with ``atari``, else no stacking.
+        wrappers: Gymnasium wrappers applied last, in order: ``"package.module:Class"`` or
+            ``{"wrapper": "package.module:Class", "kwargs": {...}}``.
 
     Returns:
         The (wrapped) environment.
@@ -70,6 +82,8 @@ def make_env(
     ctor_kwargs = dict(kwargs or {})
     if render_mode is not None:
         ctor_kwargs["render_mode"] = render_mode
+    if atari:
+        ctor_kwargs.setdefault("frameskip", 1)  # AtariPreprocessing skips the frames
 
     if ":" in env_id:
         env = _make_custom(env_id, ctor_kwargs)
@@ -85,14 +99,62 @@ def make_env(
                 f"{type(env.unwrapped).__name__}"
             )
         env = CartPoleTask(env, **task)
+    if atari:
+        env = _atari_preprocessing(env)
+    if frame_stack is None and atari:
+        frame_stack = 4
+    if frame_stack is not None and frame_stack > 1:
+        env = gymnasium.wrappers.FrameStackObservation(env, frame_stack)
+    for i, spec in enumerate(wrappers or []):
+        env = _wrap(env, spec, f"env.wrappers[{i}]")
     if seed is not None:
         env.action_space.seed(seed)
     return env
 
 
+def _register_atari() -> None:
+    """Register ale-py's ids (its ROMs ship in the wheel); a ConfigError naming the extra when it is missing."""
+    try:
+        import ale_py
+    except ImportError as exc:
+        raise ConfigError(f"Atari environments need ale-py: {ATARI_EXTRA} ({exc})") from exc
+    gymnasium.register_envs(ale_py)
+
+
+def _atari_preprocessing(env: gymnasium.Env) -> gymnasium.Env:
+    try:
+        return gymnasium.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
+    except gymnasium.error.DependencyNotInstalled as exc:
+        raise ConfigError(f"env.atari: AtariPreprocessing needs opencv: {ATARI_EXTRA} ({exc})") from exc
+    except ValueError as exc:  # e.g. an env that skips frames itself
+        raise ConfigError(f"env.atari: {exc}") from exc
+
+
+def _wrap(env: gymnasium.Env, spec: Any, key: str) -> gymnasium.Env:
+    """``env`` in the wrapper ``spec`` names (see :func:`make_env`); a ConfigError naming ``key``."""
+    if isinstance(spec, str):
+        spec = {"wrapper": spec}
+    if not isinstance(spec, dict) or set(spec) - {"wrapper", "kwargs"} or not isinstance(spec.get("wrapper"), str):
+        raise ConfigError(
+            f"{key}: {spec!r} is not allowed; expected 'package.module:Class' or "
+            "{wrapper: 'package.module:Class', kwargs: {...}}"
+        )
+    module_name, _, class_name = spec["wrapper"].partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{key}: cannot load {spec['wrapper']!r} (expected 'package.module:Class'): {exc}") from exc
+    try:
+        return cls(env, **(spec.get("kwargs") or {}))
+    except TypeError as exc:
+        raise ConfigError(f"{key}: {spec['wrapper']}(env, **{spec.get('kwargs') or {}}) failed: {exc}") from exc
+
+
 def _make_registered(
     env_id: str, ctor_kwargs: dict[str, Any], max_episode_steps: int | None
 ) -> gymnasium.Env:
+    if env_id not in gymnasium.registry and (env_id.startswith("ALE/") or "NoFrameskip" in env_id):
+        _register_atari()
     if env_id not in gymnasium.registry:
         matches = difflib.get_close_matches(env_id, list(gymnasium.registry.keys()), n=3)
         hint = (
@@ -135,10 +197,10 @@ def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:
         ) from exc
 
 
-def env_dims(env) -> tuple[int, int | gymnasium.spaces.Box]:
-    """(obs_dim, actions) of an environment with a flat Box observation space: ``actions`` is the
-    number of actions (int) of a Discrete action space, or the action space itself if it is a 1-D Box
-    (continuous actions, a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds)."""
+def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.spaces.Box]:
+    """(observation space, actions) of an environment: ``actions`` is the number of actions (int) of a
+    Discrete action space, or the action space itself if it is a 1-D Box (continuous actions, a
+    Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds)."""
     gym = gymnasium
     space = env.action_space
     if isinstance(space, gym.spaces.Box):
@@ -146,10 +208,27 @@ def env_dims(env) -> tuple[int, int | gymnasium.spaces.Box]:
             raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
     elif not isinstance(space, gym.spaces.Discrete):
         raise ConfigError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
-    shape = env.observation_space.shape
-    if shape is None or len(shape) != 1:
-        raise ConfigError(f"the algorithms of this release need a flat Box observation space, got {env.observation_space}")
-    return int(shape[0]), (space if isinstance(space, gym.spaces.Box) else int(space.n))
+    observation_layout(env.observation_space)  # an error here rather than in the model
+    return env.observation_space, (space if isinstance(space, gym.spaces.Box) else int(space.n))
+
+
+def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, int]:
+    """How observations of ``space`` are stored: (shape, dtype, categories). Float Boxes as float32,
+    integer and bool Boxes (images) in their own dtype, a Discrete space as its index (int64, shape
+    (), ``categories`` = n; 0 otherwise)."""
+    gym = gymnasium
+    if isinstance(space, gym.spaces.Discrete):
+        return (), "int64", int(space.n)
+    if isinstance(space, gym.spaces.Box):
+        dtype = np.dtype(space.dtype)
+        stored = "float32" if dtype.kind == "f" else dtype.name if dtype.name in ("uint8", "bool") else None
+        if stored is None:
+            raise ConfigError(f"observations of dtype {dtype} are not supported (a Box of float, uint8 or bool): {space}")
+        return tuple(int(n) for n in space.shape), stored, 0
+    raise ConfigError(
+        f"the observation space {space} is not supported: a Box or a Discrete space (flatten a Dict or Tuple "
+        "space with env.wrappers: [gymnasium.wrappers:FlattenObservation])"
+    )
 
 
 def make_env_from_config(cfg, *, training: bool = True):
@@ -162,4 +241,8 @@ def make_env_from_config(cfg, *, training: bool = True):
             "shaped_reward": cfg.env.task.shaped_reward,
             "failure_reward": cfg.env.task.failure_reward,
         }
-    return make_env(cfg.env.id, kwargs=cfg.env.kwargs, max_episode_steps=cfg.env.max_episode_steps, task=task)
+    e = cfg.env
+    return make_env(
+        e.id, kwargs=e.kwargs, max_episode_steps=e.max_episode_steps, task=task, atari=e.atari,
+        frame_stack=e.frame_stack, wrappers=e.wrappers,
+    )

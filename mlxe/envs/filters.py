@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlxe.config import ConfigError
+
 
 class RunningMeanStd:
     """Mean and variance of a stream of arrays of shape ``shape`` (per component), in float64."""
@@ -78,8 +80,13 @@ class Filters:
     statistics are those of all the data of all Executors.
     """
 
-    def __init__(self, cfg, obs_dim: int) -> None:
-        self.obs = RunningMeanStd((obs_dim,)) if cfg.filters.obs else None
+    def __init__(self, cfg, spec) -> None:
+        if cfg.filters.obs and not (len(spec.obs_shape) == 1 and spec.obs_dtype == "float32"):
+            raise ConfigError(
+                f"filters.obs: normalizes flat float observations, the environment gives {spec.obs_dtype} of shape "
+                f"{spec.obs_shape}; set filters.obs=false"
+            )
+        self.obs = RunningMeanStd(spec.obs_shape) if cfg.filters.obs else None
         self.ret = RunningMeanStd(()) if cfg.filters.reward else None
         self.clip, self.gamma = cfg.filters.clip, cfg.algo.gamma
 
@@ -88,8 +95,8 @@ class Filters:
         return self.obs is not None or self.ret is not None
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
-        """obs [B, obs_dim] as the policy sees it (unchanged, as float32, without an observation filter)."""
-        return np.asarray(obs, np.float32) if self.obs is None else self.obs.normalize(obs, self.clip)
+        """obs [B, *obs] as the policy sees it (unchanged without an observation filter)."""
+        return obs if self.obs is None else self.obs.normalize(obs, self.clip)
 
     def observe_obs(self, obs: np.ndarray, fresh: Filters) -> np.ndarray:
         """Add obs [B, obs_dim] to the statistics (and to ``fresh``'s); the normalized obs."""

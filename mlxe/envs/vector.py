@@ -15,6 +15,7 @@ which the Executor then checks for free).
 from __future__ import annotations
 
 import numpy as np
+from gymnasium.spaces import Box
 
 GRAVITY, MASS_CART, MASS_POLE, HALF_LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
 TOTAL_MASS = MASS_CART + MASS_POLE
@@ -30,7 +31,8 @@ class CartPoleVec:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = num_envs
-        self.obs_dim, self.n_actions = 4, 2
+        high = np.array([2 * X_THRESHOLD, np.inf, 2 * THETA_THRESHOLD, np.inf], np.float32)
+        self.observation_space, self.n_actions = Box(-high, high, dtype=np.float32), 2  # CartPole-v1's
         self.max_episode_steps = max_episode_steps
         self.rng = np.random.default_rng(seed)
         self.state = np.zeros((num_envs, 4), np.float64)

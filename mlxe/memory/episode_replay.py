@@ -15,7 +15,7 @@ from mlxe.algos.returns import td_errors, vtrace
 from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.models.actor_critic import NetSpec, acting_network
 
 
 class EpisodeReplay:
@@ -27,7 +27,7 @@ class EpisodeReplay:
     def __init__(self, memory, off_policy: str, batch_size: int, spec: NetSpec, executors: int, seed: int) -> None:
         self.spec = spec
         self.batch_size = batch_size
-        self.memory = ReplayMemory(memory.capacity_per_executor * executors, step_layout(spec.obs_dim))
+        self.memory = ReplayMemory(memory.capacity_per_executor * executors, step_layout(spec))
         self.rng = np.random.default_rng(seed)
         self.vtrace = off_policy == "vtrace"
         self.priorities = None
@@ -37,6 +37,7 @@ class EpisodeReplay:
                 self.memory.capacity, p.factors, p.beta0, p.beta_step, executors, p.importance_weights
             )
         self.extra: dict[str, np.ndarray] = {}  # per-row targets computed at the iteration start
+        self.net = acting_network(spec, np.zeros(spec.num_params(), np.float32))  # with the iteration's weights
 
     def __len__(self) -> int:
         return len(self.memory)
@@ -55,7 +56,8 @@ class EpisodeReplay:
             return
         d = {k: v[:n] for k, v in self.memory.data.items()}
         if needs_td or self.vtrace:
-            net = NumpyActorCritic(self.spec, weights)
+            net = self.net
+            np.copyto(net.flat, weights)
             if self.vtrace:
                 logits, values = net(d["obs"])
             else:
@@ -75,7 +77,7 @@ class EpisodeReplay:
             self.extra = {"vs": np.empty(n, np.float32), "pg_adv": np.empty(n, np.float32)}
             self.extra["vs"][order], self.extra["pg_adv"][order] = vs, adv
 
-    def _next_values(self, net: NumpyActorCritic, d: dict[str, np.ndarray], values: np.ndarray) -> np.ndarray:
+    def _next_values(self, net, d: dict[str, np.ndarray], values: np.ndarray) -> np.ndarray:
         """V(s') for every stored row [N], reusing V of the next row where it holds the same state.
 
         Episode windows are contiguous in the ring (the successor of a row is the next step of its

@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def step_layout(obs_dim: int) -> dict[str, tuple[tuple[int, ...], type]]:
-    """Field name -> (per-row shape, dtype) of one stored step."""
+def step_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
+    """Field name -> (per-row shape, dtype) of one stored step; observations as the Executors store
+    them (``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`)."""
+    obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
     return {
-        "obs": ((obs_dim,), np.float32),
+        "obs": obs,
         "action": ((), np.int64),
         "reward": ((), np.float32),
-        "next_obs": ((obs_dim,), np.float32),
+        "next_obs": obs,
         "done": ((), np.float32),  # 1 on a failure (terminal) step
         "discount": ((), np.float32),  # discount applied to the next step's return
         "ret": ((), np.float32),  # the value target: discounted return G (or the n-step target)

@@ -1,4 +1,9 @@
-"""Actor-critic MLP: a shared trunk, a policy head and a value head.
+"""The actor-critic network: encoder -> trunk -> policy head and value head.
+
+The encoder reads the observation (the flat vector itself, a one-hot code, or a CNN over an image;
+uint8 observations are scaled by 1/255 inside the network, so they travel and are stored as
+bytes), the trunk MLP turns its features into the shared representation, and two MLP heads read it.
+A user's module (``model.custom``) can replace the whole network (``NetSpec`` documents the keys).
 
 The policy head is categorical for Discrete actions (its output is the logits) or a diagonal
 Gaussian for Box actions with bounds [low, high] (``NetSpec.continuous``): with u the head output,
@@ -11,17 +16,18 @@ The policy starts as about N(center, exp(log_std_init)) in every state: the last
 weights are scaled by 0.01 and its biases are 0 (mean outputs) or softplus^-1(exp(log_std_init))
 (softplus std outputs). Sampled actions leave the bounds; the environments clip them.
 
-Two implementations of the same function:
+Two implementations act with the same weights:
 
-* :class:`~mlxe.models.torch_modules.ActorCritic`, the torch module the Learner trains;
-* :class:`NumpyActorCritic`, a NumPy mirror the Executors act with. For one observation at a time
-  a torch forward pass costs ~60 us of framework overhead, the NumPy mirror ~15 us (measured on the
-  default 128-256-128 / 64-128-64 network), and acting is where the time of a CartPole run goes.
-  It reads the flat weight vector the Learner publishes, so Executors never import torch.
+* :class:`~mlxe.models.torch_modules.ActorCritic`, the torch module the Learner trains (and, for
+  networks other than the MLP, what the Executors act with: :func:`acting_network`);
+* :class:`NumpyActorCritic`, a NumPy mirror of the MLP the Executors act with. For one observation
+  at a time a torch forward pass costs ~60 us of framework overhead, the NumPy mirror ~15 us
+  (measured on the default 128-256-128 / 64-128-64 network), and acting is where the time of a
+  CartPole run goes. With it the Executors never import torch.
 
-Both agree on one flat parameter layout: ``torch.nn.utils.parameters_to_vector`` order
-(per Linear layer: weight [out, in] row-major, then bias [out]; trunk, policy head, value head,
-then the state-independent log-std [A] where there is one).
+Both read one flat parameter layout: ``torch.nn.utils.parameters_to_vector`` order (the encoder's
+convolutions, then per Linear layer weight [out, in] row-major and bias [out]: trunk, policy head,
+value head, then the state-independent log-std [A] where there is one).
 
 Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discrete) or the pair
 (mean [B, A], std [B, A]) (Box): what ``mlxe.algos.distributions.log_prob_entropy`` reads.
@@ -29,6 +35,7 @@ Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discr
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from numbers import Integral
@@ -42,12 +49,26 @@ MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
 STD_KINDS = ("state_independent", "softplus")
 
 
+NATURE_CONV = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))  # Mnih et al. (2015): (out channels, kernel, stride, padding)
+ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn")
+
+
 @dataclass(frozen=True)
 class NetSpec:
-    """Sizes of an actor-critic MLP. ``obs_dim``, ``n_actions`` and the action bounds come from the
-    environment: ``n_actions`` is the number of actions (Discrete) or of action dimensions (Box)."""
+    """What the network is: the observation it reads, its encoder, trunk and heads, and the actions.
 
-    obs_dim: int
+    ``obs_shape`` (an int: a flat observation of that size), ``obs_dtype`` (how observations are
+    stored: ``float32``, ``uint8`` (scaled by 1/255 in the network), ``bool``, or ``int64`` for the
+    index of a Discrete observation space of ``obs_categories`` values), ``n_actions`` and the action
+    bounds come from the environment: ``n_actions`` is the number of actions (Discrete) or of action
+    dimensions (Box). The encoder turns an observation into a feature vector (``mlp``: the flat
+    observation itself; ``onehot``; ``cnn``: the ``conv`` layers; ``impala_cnn``: IMPALA's residual
+    stages of ``impala_channels``); the trunk MLP follows it, then the two heads. ``custom``
+    ("package.module:Class") replaces encoder, trunk and heads by a user's module
+    (:class:`mlxe.models.torch_modules.ActorCritic` documents its contract).
+    """
+
+    obs_shape: tuple[int, ...] | int
     n_actions: int
     trunk: tuple[int, ...] = (128, 256, 128)
     policy_head: tuple[int, ...] = (64, 128, 64)
@@ -59,8 +80,19 @@ class NetSpec:
     action_high: tuple[float, ...] | None = None
     std: str = "state_independent"  # Box: "state_independent" or "softplus" (see the module doc)
     log_std_init: float = 0.0  # Box: the initial log std
+    obs_dtype: str = "float32"
+    obs_categories: int = 0  # a Discrete observation space's size (the onehot encoder's width)
+    encoder: str = "mlp"
+    conv: tuple[tuple[int, int, int, int], ...] = NATURE_CONV
+    impala_channels: tuple[int, ...] = (16, 32, 32)
+    channels_last: bool = False  # images stored [H, W, C] (the encoder moves the channels first)
+    custom: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.obs_shape, Integral):
+            object.__setattr__(self, "obs_shape", (int(self.obs_shape),))
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"NetSpec: encoder {self.encoder!r} is not one of {', '.join(map(repr, ENCODERS))}")
         if (self.action_low is None) != (self.action_high is None):
             raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
         if not self.continuous:
@@ -84,6 +116,60 @@ class NetSpec:
             )
 
     @property
+    def obs_dim(self) -> int:
+        """The size of a flat observation (``mlp`` encoder)."""
+        if len(self.obs_shape) != 1:
+            raise ValueError(f"NetSpec: observations of shape {self.obs_shape} are not flat")
+        return self.obs_shape[0]
+
+    @property
+    def mlp_only(self) -> bool:
+        """The network is an MLP over flat observations: what the NumPy mirror and backprop implement."""
+        return self.encoder == "mlp" and self.custom is None
+
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of an image observation."""
+        if len(self.obs_shape) != 3:
+            raise ValueError(f"NetSpec: observations of shape {self.obs_shape} are not images")
+        c, h, w = (self.obs_shape[2], *self.obs_shape[:2]) if self.channels_last else self.obs_shape
+        return c, h, w
+
+    def features(self) -> int:
+        """Width of the encoder's output (the trunk's input)."""
+        if self.encoder == "onehot":
+            return self.obs_categories
+        if self.encoder == "mlp":
+            return self.obs_dim
+        c, h, w = self.image_shape()
+        if self.encoder == "cnn":
+            for channels, kernel, stride, padding in self.conv:
+                c, h, w = channels, (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
+                if h < 1 or w < 1:
+                    raise ConfigError(
+                        f"model.conv: the layers {[list(layer) for layer in self.conv]} shrink a {self.obs_shape} "
+                        "observation to nothing; use fewer or smaller strides"
+                    )
+            return c * h * w
+        for _ in self.impala_channels:  # each stage halves the image (max-pool 3, stride 2, padding 1)
+            h, w = (h + 1) // 2, (w + 1) // 2
+        return self.impala_channels[-1] * h * w
+
+    def encoder_params(self) -> int:
+        """Parameters of the encoder (before the trunk in the flat layout)."""
+        if self.encoder == "cnn":
+            c, total = self.image_shape()[0], 0
+            for channels, kernel, _, _ in self.conv:
+                total, c = total + c * channels * kernel * kernel + channels, channels
+            return total
+        if self.encoder == "impala_cnn":
+            c, total = self.image_shape()[0], 0
+            for channels in self.impala_channels:  # a conv in, then two residual blocks of two convs
+                total += c * channels * 9 + channels + 4 * (channels * channels * 9 + channels)
+                c = channels
+            return total
+        return 0
+
+    @property
     def continuous(self) -> bool:
         """Box actions (a Gaussian policy head) rather than Discrete ones (a categorical head)."""
         return self.action_low is not None
@@ -94,11 +180,10 @@ class NetSpec:
         def chain(sizes: list[int]) -> list[tuple[int, int]]:
             return list(zip(sizes[:-1], sizes[1:]))
 
-        body = self.trunk[-1] if self.trunk else self.obs_dim
-        per_state_std = self.continuous and self.std == "softplus"
+        body = self.trunk[-1] if self.trunk else self.features()
         return [
-            chain([self.obs_dim, *self.trunk]),
-            chain([body, *self.policy_head, self.n_actions * (2 if per_state_std else 1)]),
+            chain([self.features(), *self.trunk]),
+            chain([body, *self.policy_head, self.head_size()]),
             chain([body, *self.value_head, 1]),
         ]
 
@@ -106,11 +191,19 @@ class NetSpec:
         """Size of the learned state-independent log-std vector (0 where there is none)."""
         return self.n_actions if self.continuous and self.std == "state_independent" else 0
 
+    def head_size(self) -> int:
+        """Width of the policy head's output: A logits (Discrete), A means, or A means and A std inputs
+        (Box, ``std="softplus"``)."""
+        return self.n_actions * (2 if self.continuous and self.std == "softplus" else 1)
+
     def num_params(self) -> int:
+        """P, the length of the flat parameter vector."""
+        if self.custom is not None:
+            return _custom_params(self)
         trunk, policy, value = self.layer_shapes()
         dense = sum(i * o + o for i, o in trunk + value)
         policy_params = sum(i * o + o for i, o in policy) * (2 if self.noisy_policy else 1)
-        return dense + policy_params + self.log_std_params()
+        return self.encoder_params() + dense + policy_params + self.log_std_params()
 
     def action_center_scale(self) -> tuple[np.ndarray, np.ndarray]:
         """(center, scale) [n_actions] float32 of the Box bounds: the mean's affine map from tanh."""
@@ -122,12 +215,29 @@ class NetSpec:
         return math.log(math.expm1(max(math.exp(self.log_std_init) - MIN_STD, MIN_STD)))
 
 
+@functools.lru_cache(maxsize=16)
+def _custom_params(spec: NetSpec) -> int:
+    """P of a network with a user's module: counted on one built on the CPU."""
+    return sum(p.numel() for p in build_torch(spec).parameters())
+
+
 def build_torch(spec: NetSpec):
     """The torch module of ``spec``, :class:`mlxe.models.torch_modules.ActorCritic` (imported
-    lazily: Executors do not need torch)."""
+    lazily: Executors do not need torch when the NumPy mirror acts)."""
     from mlxe.models.torch_modules import ActorCritic
 
     return ActorCritic(spec)
+
+
+def acting_network(spec: NetSpec, flat: np.ndarray):
+    """What a Policy acts with over the flat weight vector ``flat`` (kept by reference, as
+    :class:`NumpyActorCritic`): the NumPy mirror for an MLP, else the torch module run without
+    gradients (:class:`mlxe.models.torch_modules.FlatActorCritic`), with the same interface."""
+    if spec.mlp_only:
+        return NumpyActorCritic(spec, flat)
+    from mlxe.models.torch_modules import FlatActorCritic
+
+    return FlatActorCritic(spec, flat)
 
 
 def flat_weights(model) -> np.ndarray:
@@ -186,9 +296,12 @@ class NumpyActorCritic:
     """
 
     def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
+        if not spec.mlp_only:
+            raise ValueError(f"the NumPy mirror is an MLP over flat observations, not a {spec.encoder!r} encoder")
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
         self.spec = spec
+        self._scale_obs = spec.obs_dtype == "uint8"
         self.flat = flat
         self._act = _NP_ACT[spec.activation]
         groups, offset = [], 0
@@ -237,10 +350,21 @@ class NumpyActorCritic:
                 outputs.append(x)
         return x
 
+    def inputs(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` [B, obs_dim] as the trunk reads it: float32, uint8 observations scaled by 1/255."""
+        x = np.asarray(obs, dtype=np.float32)
+        if self._scale_obs:
+            x *= np.float32(1 / 255)  # in place: x is a new array (a cast from uint8)
+        return x
+
+    def features(self, obs: np.ndarray) -> np.ndarray:
+        """The trunk's output [B, trunk[-1]] for ``obs`` [B, obs_dim]."""
+        return self.mlp(self.inputs(obs), self._trunk, last_linear=False)
+
     def __call__(self, obs: np.ndarray):
         """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
         or (mean [B, A], std [B, A]) (Box)."""
-        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
+        h = self.features(obs)
         policy = self.mlp(h, self._policy, True)
         if self.continuous:
             policy = self._gaussian(policy)
@@ -258,18 +382,22 @@ class NumpyActorCritic:
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output: the logits [B, A] (Discrete), [B, A or 2A] before the Gaussian map (Box)."""
-        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        return self.mlp(h, self._policy, True)
+        return self.mlp(self.features(obs), self._policy, True)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        h = self.mlp(np.asarray(obs, dtype=np.float32), self._trunk, last_linear=False)
-        return self.mlp(h, self._value, True)[:, 0]
+        """V(obs) [B]."""
+        return self.mlp(self.features(obs), self._value, True)[:, 0]
 
 
-def net_spec(cfg, obs_dim: int, actions) -> NetSpec:
-    """The network of ``cfg.model`` for ``actions`` as :func:`mlxe.envs.factory.env_dims` gives them
-    (the number of Discrete actions, or a 1-D Box space)."""
+def net_spec(cfg, observation_space, actions) -> NetSpec:
+    """The network of ``cfg.model`` for an environment's observation space and ``actions`` as
+    :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, or a 1-D Box
+    space). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
+    (Discrete), ``cnn`` (an image: a 3-D Box)."""
+    from mlxe.envs.factory import observation_layout
+
     m = cfg.model
+    shape, dtype, categories = observation_layout(observation_space)
     box = {}
     if not isinstance(actions, Integral):
         box = dict(
@@ -277,7 +405,31 @@ def net_spec(cfg, obs_dim: int, actions) -> NetSpec:
             std=m.std, log_std_init=m.log_std_init,
         )
         actions = actions.shape[0]
+    encoder = m.encoder
+    if encoder == "auto":
+        encoder = "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
+    check_encoder(encoder, m.custom, shape, categories, observation_space)
+    channels_last = m.channels_last
+    if channels_last is None:
+        channels_last = len(shape) == 3 and shape[-1] < shape[0]  # [H, W, C]: the channels are the short axis
     return NetSpec(
-        obs_dim, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
-        **box,
+        shape, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
+        **box, obs_dtype=dtype, obs_categories=categories, encoder=encoder,
+        conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
+        channels_last=bool(channels_last), custom=m.custom,
     )
+
+
+def check_encoder(encoder: str, custom: str | None, shape: tuple[int, ...], categories: int, space) -> None:
+    """A ConfigError naming ``model.encoder`` and the space where the encoder cannot read the observation."""
+    if custom is not None:
+        return
+    fits = {"onehot": categories > 0, "mlp": len(shape) == 1 and not categories, "cnn": len(shape) == 3}
+    fits["impala_cnn"] = fits["cnn"]
+    if fits[encoder]:
+        return
+    suggestion = "onehot" if categories else "cnn or impala_cnn" if len(shape) == 3 else "mlp" if len(shape) == 1 else None
+    hint = f"set model.encoder to {suggestion} (or auto)" if suggestion else (
+        "flatten it (env.wrappers: [gymnasium.wrappers:FlattenObservation]) or give model.custom"
+    )
+    raise ConfigError(f"model.encoder: {encoder!r} cannot read the observation space {space}; {hint}")

@@ -70,7 +70,7 @@ class Backprop:
         """``obs`` [B, obs_dim] -> (head [B, A or 2A], value [B], cache): ``head`` is the policy head's
         raw output (the logits, or the Gaussian's u before the mean and std maps)."""
         trunk, policy, value = self.net.layers
-        ht = self._forward(np.asarray(obs, dtype=np.float32), trunk, last_linear=False)
+        ht = self._forward(self.net.inputs(obs), trunk, last_linear=False)
         hp = self._forward(ht[-1], policy, last_linear=True)
         hv = self._forward(ht[-1], value, last_linear=True)
         return hp[-1], hv[-1][:, 0], (ht, hp, hv)

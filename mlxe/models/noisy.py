@@ -14,8 +14,13 @@ import numpy as np
 SIGMA0 = 0.5  # initial noise scale, divided by sqrt(fan-in)
 
 
-def _scale(x: np.ndarray) -> np.ndarray:
-    return np.sign(x) * np.sqrt(np.abs(x))
+def factorized_noise(rng: np.random.Generator, in_features: int, out_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(f(eps_in) [in], f(eps_out) [out]) float32, eps ~ N(0, 1), f(x) = sign(x) sqrt(|x|)."""
+
+    def f(x: np.ndarray) -> np.ndarray:
+        return (np.sign(x) * np.sqrt(np.abs(x))).astype(np.float32)
+
+    return f(rng.standard_normal(in_features)), f(rng.standard_normal(out_features))
 
 
 class NumpyNoisyLinear:
@@ -35,7 +40,6 @@ class NumpyNoisyLinear:
 
     def reset_noise(self, rng: np.random.Generator) -> None:
         """Draw new noise for the current weights (call again after the weights change)."""
-        eps_in = _scale(rng.standard_normal(self.mu_w.shape[1])).astype(np.float32)
-        eps_out = _scale(rng.standard_normal(self.mu_w.shape[0])).astype(np.float32)
+        eps_in, eps_out = factorized_noise(rng, self.mu_w.shape[1], self.mu_w.shape[0])
         self.w = (self.mu_w + self.sigma_w * np.outer(eps_out, eps_in)).T
         self.b = self.mu_b + self.sigma_b * eps_out

@@ -1,23 +1,27 @@
-"""The torch modules of the actor-critic MLP (the Learner's side; Executors never import this).
+"""The torch modules of the actor-critic network (the Learner's side, and the Executors' where the
+NumPy mirror does not implement the network).
 
 :class:`ActorCritic` is the function :mod:`mlxe.models.actor_critic` documents (layout, heads,
-initialization), and :class:`NoisyLinear` the torch side of :mod:`mlxe.models.noisy`. Parameters
-are created in the flat layout's order (trunk, policy head, value head, then the log-std), so a
-seed gives the same initial weights on every device.
+initialization), :class:`NoisyLinear` the torch side of :mod:`mlxe.models.noisy`, and
+:class:`FlatActorCritic` acts with it over a flat NumPy weight vector. Parameters are created in
+the flat layout's order (encoder, trunk, policy head, value head, then the log-std), so a seed gives
+the same initial weights on every device.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlxe.config import ConfigError
 from mlxe.models.actor_critic import MIN_STD, NetSpec
-from mlxe.models.noisy import SIGMA0
-
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+from mlxe.models.encoders import ACTIVATIONS, make_encoder
+from mlxe.models.noisy import SIGMA0, factorized_noise
 
 
 class NoisyLinear(nn.Module):
@@ -70,31 +74,46 @@ class LogStd(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """``forward(obs [B, obs_dim]) -> (policy, value [B])``: ``policy`` is logits [B, A] (Discrete)
-    or (mean [B, A], std [B, A]) (Box)."""
+    """``forward(obs [*lead, *obs_shape] as stored) -> (policy, value [*lead])``: ``policy`` is logits
+    [*lead, A] (Discrete) or (mean, std), each [*lead, A] (Box).
+
+    A user's module (``spec.custom``, "package.module:Class") replaces encoder, trunk and heads: it is
+    built as ``Class(spec)`` (:class:`~mlxe.models.actor_critic.NetSpec`: observation shape and dtype,
+    ``n_actions``, ``head_size()``, the config's sizes) and its ``forward(obs [B, *obs_shape])``
+    returns ``(head [B, spec.head_size()], value [B])``: the logits (Discrete) or the Gaussian head's
+    input u (Box, mapped as the module doc of :mod:`mlxe.models.actor_critic` says). Observations
+    arrive as stored (uint8 images unscaled: ``mlxe.models.encoders.as_float`` scales them).
+    """
 
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()
-        trunk, policy, value = spec.layer_shapes()
         self.spec = spec
-        self.trunk = mlp(trunk, spec.activation, last_linear=False)
-        self.policy = mlp(policy, spec.activation, last_linear=True, noisy=spec.noisy_policy)
-        self.value = mlp(value, spec.activation, last_linear=True)
+        if spec.custom is not None:
+            self.custom = load_custom(spec)
+        else:
+            trunk, policy, value = spec.layer_shapes()
+            self.encoder = make_encoder(spec)
+            self.trunk = mlp(trunk, spec.activation, last_linear=False)
+            self.policy = mlp(policy, spec.activation, last_linear=True, noisy=spec.noisy_policy)
+            self.value = mlp(value, spec.activation, last_linear=True)
         if spec.continuous:
             center, scale = spec.action_center_scale()
             self.register_buffer("center", torch.as_tensor(center), persistent=False)
             self.register_buffer("scale", torch.as_tensor(scale), persistent=False)
-            last = self.policy[-1]
-            with torch.no_grad():  # start at mean ~ center, std ~ exp(log_std_init) in every state
-                last.weight.mul_(0.01)
-                last.bias.zero_()
-                if spec.std == "softplus":
-                    last.bias[spec.n_actions :] = spec.softplus_bias()
+            if spec.custom is None:
+                last = self.policy[-1]
+                with torch.no_grad():  # start at mean ~ center, std ~ exp(log_std_init) in every state
+                    last.weight.mul_(0.01)
+                    last.bias.zero_()
+                    if spec.std == "softplus":
+                        last.bias[spec.n_actions :] = spec.softplus_bias()
             if spec.std == "state_independent":
                 self.log_std = LogStd(spec.n_actions, spec.log_std_init)
+        if spec.custom is not None:
+            check_custom(self, spec)
 
     def noisy_layers(self) -> list[NoisyLinear]:
-        return [m for m in self.policy if isinstance(m, NoisyLinear)]
+        return [m for m in self.modules() if isinstance(m, NoisyLinear)]
 
     def reset_noise(self) -> None:
         for layer in self.noisy_layers():
@@ -104,17 +123,101 @@ class ActorCritic(nn.Module):
         for layer in self.noisy_layers():
             layer.noise = enabled
 
+    def body(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the policy head's output [*lead, head_size], value [*lead])."""
+        if self.spec.custom is not None:
+            return self.custom(obs)
+        h = self.trunk(self.encoder(obs))
+        return self.policy(h), self.value(h).squeeze(-1)
+
     def forward(self, obs: torch.Tensor):
-        h = self.trunk(obs)
-        policy = self.policy(h)
-        if self.spec.continuous:
-            policy = self.gaussian(policy)
-        return policy, self.value(h).squeeze(-1)
+        head, value = self.body(obs)
+        return (self.gaussian(head) if self.spec.continuous else head), value
 
     def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A])."""
+        """Policy-head output [*lead, A or 2A] -> (mean [*lead, A], std [*lead, A])."""
         n = self.spec.n_actions
         mean = self.center + self.scale * torch.tanh(out[..., :n])
         if self.spec.std == "softplus":
             return mean, F.softplus(out[..., n:]) + MIN_STD
         return mean, self.log_std.weight.exp().expand_as(mean)
+
+
+def load_custom(spec: NetSpec) -> nn.Module:
+    """``Class(spec)`` of ``spec.custom`` ("package.module:Class"); a ConfigError naming ``model.custom``."""
+    module_name, _, class_name = spec.custom.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"model.custom: cannot load {spec.custom!r} (expected 'package.module:Class'): {exc}") from exc
+    module = cls(spec)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"model.custom: {spec.custom!r} built a {type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
+def check_custom(model: ActorCritic, spec: NetSpec) -> None:
+    """A user's module gives (head [B, head_size], value [B]): a ConfigError naming both shapes otherwise."""
+    obs = torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))
+    with torch.no_grad():
+        out = model.custom(obs)
+    shapes = tuple(tuple(x.shape) for x in out) if isinstance(out, tuple) else None
+    expected = ((2, spec.head_size()), (2,))
+    if shapes != expected:
+        kind = f"{spec.n_actions} Discrete actions" if not spec.continuous else f"a {spec.n_actions}-D Box ({spec.std} std)"
+        raise ConfigError(
+            f"model.custom: {spec.custom}'s forward on a batch of 2 gives {shapes or type(out).__name__}, "
+            f"{kind} need (head, value) of shapes {expected}"
+        )
+
+
+class FlatActorCritic:
+    """:class:`ActorCritic` acting over a flat float32 NumPy vector: the module's parameters are views
+    of it (kept by reference, as the NumPy mirror), so ``np.copyto(flat, weights)`` loads new weights.
+    Runs without gradients and returns NumPy arrays: the interface of
+    :class:`~mlxe.models.actor_critic.NumpyActorCritic`."""
+
+    def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
+        if flat.shape != (spec.num_params(),):
+            raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
+        self.spec, self.flat = spec, flat
+        self.module = ActorCritic(spec).requires_grad_(False).eval()
+        source, offset = torch.from_numpy(flat), 0
+        for p in self.module.parameters():
+            p.data = source[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        self._noisy = self.module.noisy_layers()
+
+    @staticmethod
+    def _tensor(obs: np.ndarray) -> torch.Tensor:
+        obs = np.asarray(obs)
+        return torch.from_numpy(obs) if obs.flags.writeable else torch.tensor(obs)
+
+    def __call__(self, obs: np.ndarray):
+        """``obs [B, *obs_shape] -> (policy, value [B])`` as :class:`ActorCritic`, NumPy float32."""
+        with torch.inference_mode():
+            policy, value = self.module(self._tensor(obs))
+        policy = tuple(x.numpy() for x in policy) if isinstance(policy, tuple) else policy.numpy()
+        return policy, value.numpy()
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        """The raw policy-head output [B, head_size]."""
+        with torch.inference_mode():
+            return self.module.body(self._tensor(obs))[0].numpy()
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        """V(obs) [B]."""
+        with torch.inference_mode():
+            return self.module.body(self._tensor(obs))[1].numpy()
+
+    def reset_noise(self, rng: np.random.Generator) -> None:
+        """New NoisyNet noise from ``rng`` (the NumPy mirror's draws)."""
+        for layer in self._noisy:
+            eps_in, eps_out = factorized_noise(rng, layer.eps_in.shape[0], layer.eps_out.shape[0])
+            layer.eps_in.copy_(torch.from_numpy(eps_in))
+            layer.eps_out.copy_(torch.from_numpy(eps_out))
+            layer.noise = True
+
+    def noise_off(self) -> None:
+        for layer in self._noisy:
+            layer.noise = False

@@ -19,10 +19,11 @@ import numpy as np
 
 from mlxe import algos
 from mlxe.core import Episode, Field, Policy, Segment, State
-from mlxe.envs.factory import env_dims, make_env_from_config
+from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
 from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
+from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.weights import SharedWeights
 
 
@@ -31,7 +32,7 @@ class GymVec:
     ``SyncVectorEnv`` in same-step autoreset mode, without its per-step copies and info merging,
     which cost more than a CartPole step). Environment i is seeded with ``seed + i`` once.
 
-    ``n_actions`` is what :func:`~mlxe.envs.factory.env_dims` says: the number of actions of a
+    ``n_actions`` is what :func:`~mlxe.envs.factory.env_spaces` says: the number of actions of a
     Discrete space, or the Box itself. Box actions are clipped to the bounds here, so a policy may
     act (and store) unbounded samples, e.g. of a Gaussian.
     """
@@ -41,16 +42,18 @@ class GymVec:
 
         self.envs = [make_env_from_config(cfg, training=training) for _ in range(num_envs)]
         self.num_envs = num_envs
-        self.obs_dim, self.n_actions = env_dims(self.envs[0])
+        self.observation_space, self.n_actions = env_spaces(self.envs[0])
+        shape, dtype, _ = observation_layout(self.observation_space)
+        self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)  # as stored: images stay uint8
         space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.seed = seed
 
     def reset(self, seeded: bool = True) -> np.ndarray:
-        """First observations [E, obs_dim]; ``seeded``: from ``seed + i`` (else the environments'
+        """First observations [E, *obs]; ``seeded``: from ``seed + i`` (else the environments'
         RNGs continue)."""
         seeds = [self.seed + i if seeded else None for i in range(self.num_envs)]
-        return np.stack([np.asarray(env.reset(seed=s)[0], np.float32) for s, env in zip(seeds, self.envs)])
+        return np.stack([np.asarray(env.reset(seed=s)[0], self.obs_dtype) for s, env in zip(seeds, self.envs)])
 
     def step(self, actions: np.ndarray):
         """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
@@ -62,7 +65,7 @@ class GymVec:
         else:
             actions = actions.tolist()  # Python ints, as a single environment is stepped
         E = self.num_envs
-        obs = np.empty((E, self.obs_dim), np.float32)
+        obs = np.empty((E, *self.obs_shape), self.obs_dtype)
         reward = np.empty(E, np.float32)
         done = np.zeros((2, E), bool)  # terminated, truncated
         final = None
@@ -111,7 +114,9 @@ class RolloutExecutor:
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed)
-        self.spec = net_spec(cfg, self.env.obs_dim, self.env.n_actions)
+        self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
+        if not self.spec.mlp_only:  # the policy acts with torch: one thread, as every role
+            limit_threads(cfg.torch_threads, torch=True)
         self.weights = weights
         algorithm = algos.algorithm(cfg.algo.name)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
@@ -120,15 +125,15 @@ class RolloutExecutor:
         self.record = algorithm.record(cfg, self.spec)
         self.until_episode_end = algorithm.iteration == "episode"
         self.fields = {**step_fields(self.spec), **self.record}
-        self.filters = Filters(cfg, self.env.obs_dim)  # the run-wide statistics + what this Executor saw since
-        self.fresh = Filters(cfg, self.env.obs_dim)  # what this Executor saw in its current segment
+        self.filters = Filters(cfg, self.spec)  # the run-wide statistics + what this Executor saw since
+        self.fresh = Filters(cfg, self.spec)  # what this Executor saw in its current segment
         self.start(seeded=True)
 
     def start(self, seeded: bool = False) -> None:
         """New episodes in every environment (``seeded``: the first, from the Executor's seed); the
         episodes in progress, if any, are abandoned."""
         E = self.env.num_envs
-        self.obs = self.env.reset(seeded)  # raw observations [E, obs_dim]
+        self.obs = self.env.reset(seeded)  # raw observations [E, *obs]
         self.state = self.policy.initial_state(E)
         self.ep_length = np.zeros(E, np.int64)
         self.ep_return = np.zeros(E, np.float64)
@@ -161,7 +166,7 @@ class RolloutExecutor:
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
-        self.fresh = Filters(self.cfg, self.env.obs_dim)
+        self.fresh = Filters(self.cfg, self.spec)
         T, E = steps or self.cfg.rollout.steps, self.env.num_envs
         data = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
@@ -221,10 +226,11 @@ class RolloutExecutor:
 
 
 def step_fields(spec) -> dict[str, Field]:
-    """What every segment records, whatever the algorithm: obs, action, reward, terminated, truncated."""
+    """What every segment records, whatever the algorithm: obs (as stored: see
+    :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated."""
     action = Field((spec.n_actions,), "float32") if spec.continuous else Field((), "int64")
     return {
-        "obs": Field((spec.obs_dim,), "float32"),
+        "obs": Field(spec.obs_shape, spec.obs_dtype),
         "action": action,
         "reward": Field(),
         "terminated": Field((), "bool"),

@@ -150,7 +150,7 @@ class LocalRollouts:
 def run_local(cfg: Config, trainer: Trainer) -> str:
     """Train on local processes (ISTB: threads) until a stop condition; returns the stop reason."""
     probe = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, probe.obs_dim, probe.n_actions)
+    spec = net_spec(cfg, probe.observation_space, probe.n_actions)
     probe.close()
     seeds = Seeds.derive(cfg.seed, cfg.num_executors())
     restored = trainer.restored
@@ -188,7 +188,7 @@ def train(
     (default: ``cfg.algo.name``'s, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
     algorithm = algos.algorithm(cfg.algo.name)
-    filters = Filters(cfg, spec.obs_dim)  # run-wide statistics, merged from every Executor's segments
+    filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
     restored = trainer.restored
     learner = (make_learner or algorithm)(cfg, spec, seeds.learner)
     if restored is not None:

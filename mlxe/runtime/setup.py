@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.config import Config
-from mlxe.envs.factory import env_dims, make_env_from_config
+from mlxe.envs.factory import env_spaces, make_env_from_config
 from mlxe.models.actor_critic import NetSpec, net_spec
 
 
@@ -31,7 +31,7 @@ def problem_spec(cfg: Config) -> NetSpec:
     """The network spec of ``cfg`` (builds one environment to read its spaces)."""
     env = make_env_from_config(cfg)
     try:
-        return net_spec(cfg, *env_dims(env))
+        return net_spec(cfg, *env_spaces(env))
     finally:
         env.close()
 

@@ -16,7 +16,7 @@ from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
-SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 
 # The main job's config with the algo's plain defaults (no MMUF, no IS correction, softmax
 # sampling, uniform replay, constant gamma) unless a test overrides them.
@@ -195,7 +195,7 @@ def test_distance_discount_clipped_at_099():
 
 def test_a3c_needs_discrete_actions():
     box = NetSpec(
-        obs_dim=3, n_actions=1, trunk=(8,), policy_head=(8,), value_head=(8,), action_low=(-1.0,), action_high=(1.0,)
+        obs_shape=3, n_actions=1, trunk=(8,), policy_head=(8,), value_head=(8,), action_low=(-1.0,), action_high=(1.0,)
     )
     with pytest.raises(ConfigError, match="Discrete"):
         A3C(config(), box, 0)

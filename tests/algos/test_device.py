@@ -23,10 +23,10 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 without_cuda = pytest.mark.skipif(CUDA, reason="checks the error of a machine without CUDA")
 
-DISCRETE = NetSpec(obs_dim=4, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh")
-BOX = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh",
+DISCRETE = NetSpec(obs_shape=4, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh")
+BOX = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,), activation="tanh",
               action_low=(-2.0, -1.0), action_high=(2.0, 1.0))
-A3C_SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,))
+A3C_SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(16,), value_head=(16,))
 
 
 def on_policy_config(algo: str = "ppo", device: str = "cpu", *overrides: str):

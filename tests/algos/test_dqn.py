@@ -13,7 +13,7 @@ from mlxe.core import Segment
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.models.actor_critic import NetSpec
 
-SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
+SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
 
 
 def cfg(*overrides):
@@ -182,7 +182,7 @@ def test_epsilon_greedy_and_reversed_epsilon_greedy_frequencies():
 
 
 def test_box_actions_are_a_clear_error():
-    box = NetSpec(obs_dim=3, n_actions=1, trunk=(8,), policy_head=(), value_head=(), action_low=(-1.0,),
+    box = NetSpec(obs_shape=3, n_actions=1, trunk=(8,), policy_head=(), value_head=(), action_low=(-1.0,),
                   action_high=(1.0,))
     with pytest.raises(ConfigError, match="algo.name: 'dqn' needs a Discrete action space"):
         DQN(cfg(), box, 0)

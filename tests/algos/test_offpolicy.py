@@ -152,7 +152,7 @@ def test_vtrace_terminal_step_ignores_next_value():
 
 
 # --------------------------------------------------------------------------- A3C loss options
-SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 B = 4
 
 

@@ -11,7 +11,7 @@ from mlxe.config import load_config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
 
-SPEC = NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh")
+SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh")
 
 
 def cfg(*overrides):
@@ -148,7 +148,7 @@ def test_pg_targets_are_normalized_discounted_returns_cut_at_episode_ends():
 
 
 def box_spec(std="state_independent"):
-    return NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh",
+    return NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh",
                    action_low=(-2.0, -1.0), action_high=(2.0, 1.0), std=std, log_std_init=0.3)
 
 
@@ -326,7 +326,7 @@ def test_numpy_ratio_of_the_executors_log_probabilities_is_exactly_one():
 
 
 def relu_box_spec():
-    return NetSpec(obs_dim=4, n_actions=2, trunk=(8,), policy_head=(16,), value_head=(16,), activation="relu",
+    return NetSpec(obs_shape=4, n_actions=2, trunk=(8,), policy_head=(16,), value_head=(16,), activation="relu",
                    action_low=(-2.0, -1.0), action_high=(2.0, 1.0), log_std_init=0.3)
 
 
@@ -354,7 +354,7 @@ def test_numpy_and_autograd_updates_train_the_same_weights(algo, spec, make_batc
 def test_state_dict_holds_copies_that_pickle_small():
     import pickle
 
-    spec = NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(64, 64), value_head=(64, 64), activation="tanh")
+    spec = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(64, 64), value_head=(64, 64), activation="tanh")
     learner = PPO(cfg(), spec, seed=0)
     state = learner.state_dict()
     before = state["main"]["policy.0.weight"].clone()
@@ -381,7 +381,7 @@ def test_backprop_choice():
 
     assert PPO(cfg("torch_threads=2"), SPEC, seed=0).backprop is None  # auto: not beside torch's threads
     assert PPO(cfg("torch_threads=2", "algo.backprop=numpy"), SPEC, seed=0).backprop is not None
-    noisy = NetSpec(obs_dim=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), noisy_policy=True)
+    noisy = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), noisy_policy=True)
     assert PPO(cfg(), noisy, seed=0).backprop is None
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' computes on the CPU"):
         cfg("algo.backprop=numpy", "device=cuda")

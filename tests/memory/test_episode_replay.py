@@ -11,7 +11,7 @@ from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.memory.replay import step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 
-SPEC = NetSpec(obs_dim=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+SPEC = NetSpec(obs_shape=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 
 
 def config(*overrides: str):
@@ -45,7 +45,7 @@ def episode(n: int, first_id: int, seed: int, failed: bool = False, **fields) ->
         steps["done"][-1], steps["discount"][-1] = 1.0, 0.0
     for k, v in fields.items():
         steps[k] = np.asarray(v, dtype=steps[k].dtype)
-    assert set(steps) == set(step_layout(5))
+    assert set(steps) == set(step_layout(SPEC))
     return steps
 
 
@@ -77,7 +77,7 @@ def test_uniform_batch_is_min_of_batch_size_and_stored():
     mem.add(episode(3, 0, seed=1))
     mem.begin_iteration(1, random_weights())  # uniform, no V-trace: nothing to recompute
     batch = mem.batch()
-    assert set(batch) == set(step_layout(5))  # no weight, no vs / pg_adv
+    assert set(batch) == set(step_layout(SPEC))  # no weight, no vs / pg_adv
     assert sorted(ids(batch)) == [0, 1, 2]  # 3 stored < batch_size 4
     mem.add(episode(6, 3, seed=2))
     for _ in range(5):
@@ -94,7 +94,7 @@ def test_uniform_batch_rows_keep_their_fields_together():
     mem.add(ep)
     batch = mem.batch()
     rows = ids(batch)
-    for k in step_layout(5):
+    for k in step_layout(SPEC):
         np.testing.assert_array_equal(batch[k], ep[k][rows])
 
 
@@ -134,7 +134,7 @@ def test_prioritized_td_probabilities_random_net():
     mem.begin_iteration(1, flat)
     # value oracle: the NumPy mirror (tested in tests/models)
     net = NumpyActorCritic(SPEC, flat)
-    s = {k: np.concatenate([ep[k] for ep in eps]) for k in step_layout(5)}
+    s = {k: np.concatenate([ep[k] for ep in eps]) for k in step_layout(SPEC)}
     v, nv = net.value(s["obs"]).astype(np.float64), net.value(s["next_obs"]).astype(np.float64)
     td = s["reward"] + s["discount"] * nv * (1.0 - s["done"]) - v
     w = np.minimum(np.abs(td) + 0.01, 1.0)

@@ -17,6 +17,7 @@ from mlxe.memory.priorities import (
     td_weights,
 )
 from mlxe.memory.replay import ReplayMemory, step_layout
+from mlxe.models.actor_critic import NetSpec
 
 # One 4-row buffer used by the hand computations below.
 AGE = np.array([3, 0, 1, 2])
@@ -136,11 +137,11 @@ def test_importance_weights_by_hand():
 
 def steps(n: int) -> dict[str, np.ndarray]:
     """n steps of a 1-dimensional observation, contents irrelevant to priorities."""
-    return {k: np.zeros((n, *shape), dtype=dt) for k, (shape, dt) in step_layout(1).items()}
+    return {k: np.zeros((n, *shape), dtype=dt) for k, (shape, dt) in step_layout(NetSpec(1, 2)).items()}
 
 
 def test_age_bookkeeping_across_iterations_and_wrap():
-    mem = ReplayMemory(4, step_layout(1))
+    mem = ReplayMemory(4, step_layout(NetSpec(1, 2)))
     pri = Priorities(4, factors=("age",), beta0=1.0)
 
     pri.on_add(mem.add(steps(2)))  # rows 0, 1 during iteration 0

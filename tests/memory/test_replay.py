@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mlxe.memory.replay import ReplayMemory, step_layout
+from mlxe.models.actor_critic import NetSpec
 
 OBS_DIM = 2
 
@@ -27,7 +28,7 @@ def steps(start: int, n: int) -> dict[str, np.ndarray]:
 
 
 def memory(capacity: int) -> ReplayMemory:
-    return ReplayMemory(capacity, step_layout(OBS_DIM))
+    return ReplayMemory(capacity, step_layout(NetSpec(OBS_DIM, 2)))
 
 
 def assert_rows_hold(mem: ReplayMemory, numbers: list[int]) -> None:

@@ -8,13 +8,13 @@ import torch
 
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch
 
-SMALL = dict(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+SMALL = dict(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 
 SPECS = {
-    "default": NetSpec(obs_dim=4, n_actions=2),
+    "default": NetSpec(obs_shape=4, n_actions=2),
     "small": NetSpec(**SMALL),
-    "deep_odd": NetSpec(obs_dim=5, n_actions=3, trunk=(7, 6), policy_head=(), value_head=(4, 3)),
-    "empty_trunk": NetSpec(obs_dim=3, n_actions=4, trunk=(), policy_head=(5,), value_head=(6,)),
+    "deep_odd": NetSpec(obs_shape=5, n_actions=3, trunk=(7, 6), policy_head=(), value_head=(4, 3)),
+    "empty_trunk": NetSpec(obs_shape=3, n_actions=4, trunk=(), policy_head=(5,), value_head=(6,)),
 }
 
 
@@ -78,7 +78,7 @@ def test_numpy_matches_torch(name, activation):
 
 def test_numpy_elu_negative_branch_used():
     # All-negative pre-activations: a wrong ELU (e.g. relu) would give a different output.
-    spec = NetSpec(obs_dim=1, n_actions=1, trunk=(1,), policy_head=(), value_head=(), activation="elu")
+    spec = NetSpec(obs_shape=1, n_actions=1, trunk=(1,), policy_head=(), value_head=(), activation="elu")
     # trunk w=1, b=0; policy w=1, b=0; value w=2, b=0.5
     flat = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 0.5], dtype=np.float32)
     logits, value = NumpyActorCritic(spec, flat)(np.array([[-1.0]], np.float32))
@@ -136,7 +136,7 @@ BOX = dict(action_low=(-2.0, 0.0), action_high=(2.0, 1.0))  # center (0, 0.5), s
 
 
 def gaussian_spec(std: str, activation: str = "tanh", trunk=(8,), log_std_init: float = -0.5) -> NetSpec:
-    return NetSpec(obs_dim=3, n_actions=2, trunk=trunk, policy_head=(8,), value_head=(8,), activation=activation,
+    return NetSpec(obs_shape=3, n_actions=2, trunk=trunk, policy_head=(8,), value_head=(8,), activation=activation,
                    std=std, log_std_init=log_std_init, **BOX)
 
 
@@ -158,7 +158,7 @@ def test_gaussian_num_params(std, extra):
 def test_state_independent_log_std_comes_last_in_the_flat_layout():
     spec = gaussian_spec("state_independent", log_std_init=-0.7)
     model = build_torch(spec)
-    discrete = build_torch(NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,)))
+    discrete = build_torch(NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,)))
     names = [n for n, _ in model.named_parameters()]
     assert names == [n for n, _ in discrete.named_parameters()] + ["log_std.weight"]  # trunk, policy, value, log std
     flat = flat_of(model)
@@ -232,4 +232,4 @@ def test_gaussian_spec_is_hashable_and_equal_by_value():
 )
 def test_invalid_gaussian_specs_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        NetSpec(obs_dim=3, n_actions=2, **kwargs)
+        NetSpec(obs_shape=3, n_actions=2, **kwargs)

@@ -11,7 +11,7 @@ import torch
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch
 from mlxe.models.torch_modules import NoisyLinear
 
-SPEC = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,), noisy_policy=True)
+SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,), noisy_policy=True)
 OBS = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)
 
 
@@ -244,6 +244,6 @@ def test_numpy_mirror_reads_weights_by_reference():
 
 
 def test_numpy_mirror_rejects_dense_sized_vector():
-    dense = NetSpec(obs_dim=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+    dense = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
     with pytest.raises(ValueError, match="293"):
         NumpyActorCritic(SPEC, np.zeros(dense.num_params(), np.float32))

@@ -14,7 +14,7 @@ from mlxe.algos.a2c import ActorCriticPolicy
 from mlxe.algos.a3c import A3C
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError, load_config
-from mlxe.envs.factory import env_dims, make_env_from_config
+from mlxe.envs.factory import env_spaces, make_env_from_config
 from mlxe.models.actor_critic import build_torch, flat_weights, net_spec
 from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
 from mlxe.runtime.setup import problem_spec
@@ -55,7 +55,7 @@ def pendulum_config(tmp_path, *overrides):
 def rollout_executor(cfg, seed=1):
     """A RolloutExecutor acting with a freshly initialised model of ``cfg``."""
     env = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, env.obs_dim, env.n_actions)
+    spec = net_spec(cfg, env.observation_space, env.n_actions)
     torch.manual_seed(0)
     weights = SharedWeights(spec.num_params())
     weights.publish(flat_weights(build_torch(spec)))
@@ -65,7 +65,7 @@ def rollout_executor(cfg, seed=1):
 def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123) -> float:
     """Mean undiscounted return of ``episodes`` greedy episodes (one per environment of a GymVec)."""
     env = GymVec(cfg, episodes, seed)
-    policy = ActorCriticPolicy(net_spec(cfg, env.obs_dim, env.n_actions), seed=0)
+    policy = ActorCriticPolicy(net_spec(cfg, env.observation_space, env.n_actions), seed=0)
     policy.load(weights)
     obs, total = env.reset(), np.zeros(episodes)
     for _ in range(cfg.env.max_episode_steps):  # Pendulum: every episode is cut at the step cap
@@ -76,15 +76,15 @@ def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123)
     return float(total.mean())
 
 
-def test_env_dims_and_net_spec_of_a_box_action_space(tmp_path):
+def test_env_spaces_and_net_spec_of_a_box_action_space(tmp_path):
     cfg = pendulum_config(tmp_path, "model.std=softplus", "model.log_std_init=-1.5")
-    obs_dim, actions = env_dims(make_env_from_config(cfg))
-    assert obs_dim == 3 and isinstance(actions, gymnasium.spaces.Box)
-    spec = net_spec(cfg, obs_dim, actions)
+    observation_space, actions = env_spaces(make_env_from_config(cfg))
+    assert observation_space.shape == (3,) and isinstance(actions, gymnasium.spaces.Box)
+    spec = net_spec(cfg, observation_space, actions)
     assert spec.continuous and spec.n_actions == 1
     assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
     assert spec.std == "softplus" and spec.log_std_init == -1.5
-    assert not net_spec(cfg, 4, 2).continuous
+    assert not net_spec(cfg, gymnasium.spaces.Box(-1, 1, (4,)), 2).continuous
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_other_action_spaces_are_clear_errors(space, match):
     env = EchoEnv()
     env.action_space = space
     with pytest.raises(ValueError, match=match):
-        env_dims(env)
+        env_spaces(env)
 
 
 def test_a3c_rejects_box_actions_naming_the_algorithm(make_config):
@@ -161,7 +161,7 @@ def test_ppo_learns_pendulum(tmp_path):
     cfg = pendulum_config(tmp_path, "seed=0", "stop.eval_return=null", "stop.max_env_steps=65536")
     result = mlxe.train(cfg)
     assert result.summary["stop_reason"] == "max_env_steps"
-    spec = net_spec(cfg, *env_dims(make_env_from_config(cfg)))
+    spec = net_spec(cfg, *env_spaces(make_env_from_config(cfg)))
     model = build_torch(spec)
     model.load_state_dict(load_checkpoint(result.run_dir)["learner"]["main"])
     assert greedy_return(cfg, flat_weights(model)) >= -400
@@ -172,7 +172,7 @@ def test_halfcheetah_config_loads_with_filters_and_a_gaussian_head(tmp_path):
     assert cfg.env.id == "HalfCheetah-v5" and cfg.filters.obs and cfg.filters.reward
     assert cfg.model.log_std_init == -2.0 and cfg.algo.name == "ppo"
     pytest.importorskip("mujoco")
-    spec = net_spec(cfg, *env_dims(make_env_from_config(cfg)))
+    spec = net_spec(cfg, *env_spaces(make_env_from_config(cfg)))
     assert spec.continuous and spec.n_actions == 6 and spec.action_low == (-1.0,) * 6
 
 

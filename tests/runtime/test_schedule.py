@@ -19,7 +19,7 @@ def ppo_config(tmp_path, *overrides):
 
 def executor(cfg):
     env = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, env.obs_dim, env.n_actions)
+    spec = net_spec(cfg, env.observation_space, env.n_actions)
     weights = SharedWeights(spec.num_params())
     weights.publish(np.random.default_rng(0).normal(0, 0.1, spec.num_params()).astype(np.float32))
     return RolloutExecutor(cfg, 0, weights, seed=1)
@@ -96,7 +96,7 @@ def test_gymnasium_vector_env_keeps_final_observations(tmp_path):
     # TinyEnv observes its step count and terminates after 3 steps
     cfg = ppo_config(tmp_path, "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 3}")
     vec = make_vector_env(cfg, 2, seed=0)
-    assert isinstance(vec, GymVec) and vec.obs_dim == 1 and vec.n_actions == 2
+    assert isinstance(vec, GymVec) and vec.obs_shape == (1,) and vec.n_actions == 2
     np.testing.assert_array_equal(vec.reset(), [[0.0], [0.0]])
     for t in (1, 2):
         obs, reward, terminated, truncated, final = vec.step(np.array([0, 1]))

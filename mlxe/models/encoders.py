@@ -1,0 +1,115 @@
+"""Encoders: observation [*lead, *obs_shape] as stored -> features [*lead, F] (torch, the Learner's side).
+
+Any leading axes pass through (a batch [B], or time and batch [T, B] for a recurrent core).
+Observations arrive as they were stored: uint8 images are scaled to [0, 1] here, on the device
+that computes, so they travel and sit in replays as bytes.
+
+* ``mlp``: the flat observation itself (the trunk MLP that follows does the work);
+* ``onehot``: a Discrete observation's index as a one-hot vector;
+* ``cnn``: convolutions of ``NetSpec.conv`` (default: the Nature DQN's 32x8x8/4, 64x4x4/2,
+  64x3x3/1), each followed by the activation, flattened;
+* ``impala_cnn``: IMPALA's stages (Espeholt et al., 2018): a 3x3 convolution, a 3x3 max-pool of
+  stride 2 and two residual blocks per entry of ``impala_channels``, then ReLU and flatten.
+
+``NetSpec.features()`` is each encoder's output width, computed without torch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mlxe.models.actor_critic import NetSpec
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+
+
+def as_float(obs: torch.Tensor) -> torch.Tensor:
+    """Observations as float32: uint8 scaled by 1/255, other dtypes cast."""
+    if obs.dtype == torch.uint8:
+        return obs.float().mul_(1 / 255)
+    return obs.float()
+
+
+class Flat(nn.Module):
+    """The flat observation as the features."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return as_float(obs)
+
+
+class OneHot(nn.Module):
+    """A Discrete observation's index [*lead] -> one-hot [*lead, categories]."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.categories = spec.obs_categories
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(obs.long(), self.categories).float()
+
+
+class ImageEncoder(nn.Module):
+    """Base of the CNNs: folds the leading axes into one batch, moves channels first, scales, flattens."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.obs_ndim = len(spec.obs_shape)
+        self.channels_last = spec.channels_last
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[: obs.dim() - self.obs_ndim]
+        x = as_float(obs.reshape(-1, *obs.shape[-self.obs_ndim :]))
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.body(x).flatten(1).reshape(*lead, -1)
+
+
+class ConvEncoder(ImageEncoder):
+    """The ``conv`` layers of ``spec`` with its activation after each."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__(spec)
+        layers: list[nn.Module] = []
+        channels = spec.image_shape()[0]
+        for out, kernel, stride, padding in spec.conv:
+            layers += [nn.Conv2d(channels, out, kernel, stride, padding), ACTIVATIONS[spec.activation]()]
+            channels = out
+        self.body = nn.Sequential(*layers)
+
+
+class Residual(nn.Module):
+    """x + conv(relu(conv(relu(x)))), 3x3 convolutions keeping the size."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class ImpalaEncoder(ImageEncoder):
+    """IMPALA's residual CNN, one stage per entry of ``impala_channels``."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__(spec)
+        layers: list[nn.Module] = []
+        channels = spec.image_shape()[0]
+        for out in spec.impala_channels:
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, 2, padding=1), Residual(out), Residual(out)]
+            channels = out
+        self.body = nn.Sequential(*layers, nn.ReLU())
+
+
+ENCODERS: dict[str, type[nn.Module]] = {"mlp": Flat, "onehot": OneHot, "cnn": ConvEncoder, "impala_cnn": ImpalaEncoder}
+
+
+def make_encoder(spec: NetSpec) -> nn.Module:
+    """The encoder ``spec.encoder`` names."""
+    return ENCODERS[spec.encoder](spec)
