@@ -128,6 +128,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
             sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
         )
+    elif args.bench == "atari":
+        from mlxe.bench.atari import bench_atari
+
+        out = bench_atari(
+            args.config, archs=args.archs.split(","), steps=args.steps, acting_envs=args.acting_envs,
+            curve_steps=args.curve_steps, sb3_python=args.sb3_python, overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "throughput":
         from mlxe.bench.throughput import bench_throughput
 
@@ -218,6 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
     b.add_argument("--acting-envs", type=_counts, default="8,64,256,1024", help="batch sizes of the acting-only measurement")
     b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
+    b.add_argument("--sb3-python", default=None, help=sb3_help)
+    b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
+    b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
+    b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")
+    b.add_argument("--acting-envs", type=_counts, default="8", help="batch sizes of the acting-only measurement")
+    b.add_argument("--curve-steps", type=int, default=0, help="env steps of a learning-curve run (0: none)")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
     return parser
 

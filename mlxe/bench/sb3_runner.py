@@ -21,13 +21,20 @@ import time
 from pathlib import Path
 
 
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
 def zoo_hyperparams(algo: str, env_id: str) -> dict:
-    """RL-Zoo's tuned hyper-parameters of ``algo`` on ``env_id`` (``hyperparams/<algo>.yml``)."""
+    """RL-Zoo's tuned hyper-parameters of ``algo`` on ``env_id`` (``hyperparams/<algo>.yml``; its
+    ``atari`` entry for an Atari id)."""
     import rl_zoo3
     import yaml
 
     path = Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo}.yml"
     table = yaml.safe_load(path.read_text())
+    if is_atari(env_id) and env_id not in table:
+        env_id = "atari"
     if env_id not in table:
         raise SystemExit(f"RL-Zoo has no {algo} hyper-parameters for {env_id} in {path}")
     return dict(table[env_id])
@@ -63,7 +70,18 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
             hp[key] = lambda progress_remaining, start=start: progress_remaining * start
     if isinstance(hp.get("policy_kwargs"), str):
         hp["policy_kwargs"] = eval(hp["policy_kwargs"])  # RL-Zoo's own trusted file, as RL-Zoo does
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if is_atari(env_id):  # RL-Zoo's Atari entry: SB3's AtariWrapper and 4 stacked frames
+        import ale_py
+        import gymnasium
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        gymnasium.register_envs(ale_py)
+        hp.pop("env_wrapper", None)
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # AtariWrapper skips the frames
+        env = VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs), hp.pop("frame_stack"))
+    else:
+        env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     if normalize:
         kwargs = normalize if isinstance(normalize, dict) else {}
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)

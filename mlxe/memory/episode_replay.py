@@ -86,7 +86,7 @@ class EpisodeReplay:
         """
         n = len(values)
         successor = (np.arange(n) + 1) % n
-        same = np.all(d["next_obs"] == d["obs"][successor], axis=1) & (d["last"] == 0)
+        same = (d["next_obs"] == d["obs"][successor]).reshape(n, -1).all(axis=1) & (d["last"] == 0)
         next_values = values[successor]
         other = ~same
         if other.any():

@@ -26,7 +26,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
 def as_float(obs: torch.Tensor) -> torch.Tensor:
-    """Observations as float32: uint8 scaled by 1/255, other dtypes cast."""
+    """Observations as float32 (in their memory format): uint8 scaled by 1/255, other dtypes cast."""
     if obs.dtype == torch.uint8:
         return obs.float().mul_(1 / 255)
     return obs.float()
@@ -63,9 +63,12 @@ class ImageEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[: obs.dim() - self.obs_ndim]
-        x = as_float(obs.reshape(-1, *obs.shape[-self.obs_ndim :]))
+        x = obs.reshape(-1, *obs.shape[-self.obs_ndim :])
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
+        # channels-last memory (made before the cast: a copy of bytes, not floats): CPU convolutions
+        # (oneDNN) run about 1.6x faster on it, backward included
+        x = as_float(x.contiguous(memory_format=torch.channels_last))
         return self.body(x).flatten(1).reshape(*lead, -1)
 
 

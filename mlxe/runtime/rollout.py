@@ -23,7 +23,6 @@ from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layo
 from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
-from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.weights import SharedWeights
 
 
@@ -115,8 +114,6 @@ class RolloutExecutor:
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed)
         self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
-        if not self.spec.mlp_only:  # the policy acts with torch: one thread, as every role
-            limit_threads(cfg.torch_threads, torch=True)
         self.weights = weights
         algorithm = algos.algorithm(cfg.algo.name)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)

@@ -108,7 +108,8 @@ class LocalRollouts:
             (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None, n))
             for i in range(n)
         ]
-        self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), cfg.torch_threads)
+        # one compute thread per Executor process: the Executors are the parallelism of acting
+        self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), 1)
 
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)

@@ -82,6 +82,22 @@ def plot_learning_curve(
     return _save(fig, plt, out_png)
 
 
+def line_chart(x, y, xlabel: str, ylabel: str, out_png: Path, title: str = "") -> Path:
+    """One curve of ``y`` against ``x`` (NaNs left out); returns ``out_png``."""
+    plt = _pyplot()
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    keep = np.isfinite(x) & np.isfinite(y)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(x[keep], y[keep], "-", linewidth=1.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return _save(fig, plt, Path(out_png))
+
+
 def bar_chart(
     labels: list[str],
     medians: list[float],

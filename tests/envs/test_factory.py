@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import TimeLimit
 
+from mlxe.config import ConfigError
 from mlxe.envs.cartpole_task import CartPoleTask
 from mlxe.envs.factory import make_env
 from tests.envs.tiny_env import TinyEnv
@@ -164,3 +165,25 @@ def test_package_reexports_lazily() -> None:
         _ = mlxe.envs.no_such_name  # type: ignore[attr-defined]
     check = "import sys, mlxe.envs; assert 'gymnasium' not in sys.modules"
     subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, check=True)
+
+
+def test_frame_stack_and_wrappers_apply_in_order():
+    env = make_env("CartPole-v1", frame_stack=3, wrappers=[
+        "gymnasium.wrappers:FlattenObservation",
+        {"wrapper": "gymnasium.wrappers:TransformReward", "kwargs": {"func": abs}},
+    ])
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (12,)
+
+
+@pytest.mark.parametrize(
+    "wrappers, match",
+    [
+        (["gymnasium.wrappers:NoSuchWrapper"], r"env.wrappers\[0\]: cannot load 'gymnasium.wrappers:NoSuchWrapper'"),
+        ([{"wrapper": "gymnasium.wrappers:FlattenObservation", "kwarg": {}}], r"env.wrappers\[0\]: .* is not allowed"),
+        ([{"wrapper": "gymnasium.wrappers:TimeLimit", "kwargs": {"steps": 3}}], r"env.wrappers\[0\]: .*TimeLimit\(env"),
+    ],
+)
+def test_bad_wrappers_name_their_entry(wrappers, match):
+    with pytest.raises(ConfigError, match=match):
+        make_env("CartPole-v1", wrappers=wrappers)

@@ -1,0 +1,162 @@
+"""``mlxe bench atari``: PPO on an Atari game (Pong by default), side by side with Stable-Baselines3.
+
+* Whole loop (acting + learning): ``configs/pong_ppo.yaml`` (RL-Zoo's Atari settings) trained for a
+  fixed number of env steps with no evaluation, per architecture; env steps (and frames: 4 per
+  step) per second from the end of the first iteration to the end of the run. With
+  ``--sb3-python``: Stable-Baselines3's PPO with RL-Zoo's ``atari`` entry (8 environments,
+  AtariWrapper, 4 stacked frames) on the same budget, in the same invocation.
+* Acting only: one Executor's ``collect()`` with the CNN policy against the floor of the same batch
+  size: the same preprocessed environments stepped in a loop with actions sampled from the same
+  network's forward pass, nothing else.
+* Learning curve (``--curve-steps``): one run of the config for that many env steps (a GPU machine
+  with ``device=cuda``, or a smaller budget on the CPU); the moving average of episode returns
+  against env steps, as a figure.
+
+Writes ``atari.md``, ``results.json`` and, with a curve, ``curve.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mlxe.bench.compare import QUIET, bench_dir
+from mlxe.bench.throughput import _rate, whole_loop
+
+CONFIG = "configs/pong_ppo.yaml"
+FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
+
+
+def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float = 10.0) -> dict:
+    """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
+    from mlxe.algos.a2c import sample_categorical
+    from mlxe.config import load_config
+    from mlxe.models.actor_critic import acting_network, build_torch, flat_weights
+    from mlxe.runtime.rollout import GymVec, RolloutExecutor
+    from mlxe.runtime.setup import problem_spec
+    from mlxe.runtime.threads import limit_threads
+    from mlxe.runtime.transport.weights import SharedWeights
+
+    limit_threads(1, torch=True)  # as in an Executor process
+    cfg = load_config(config, [*overrides, f"envs_per_executor={num_envs}", "rollout.steps=32"])
+    spec = problem_spec(cfg)
+    weights = flat_weights(build_torch(spec))
+    shared = SharedWeights(len(weights))
+    shared.publish(weights)
+    executor = RolloutExecutor(cfg, 0, shared, seed=0)
+    collect = _rate(lambda: len(executor.collect()[0]), seconds)
+
+    env, net, rng = GymVec(cfg, num_envs, 0), acting_network(spec, weights.copy()), np.random.default_rng(0)
+    obs = env.reset()
+
+    def bare() -> int:
+        nonlocal obs
+        for _ in range(cfg.rollout.steps):
+            actions, _ = sample_categorical(net.logits(obs), rng)
+            obs = env.step(actions)[0]
+        return cfg.rollout.steps * num_envs
+
+    floor = _rate(bare, seconds)
+    env.close()
+    return {"envs": num_envs, "collect_steps_per_s": collect, "floor_steps_per_s": floor, "fraction": collect / floor}
+
+
+def learning_curve(config: str | Path, steps: int, overrides: list[str], out: Path) -> dict:
+    """One run for ``steps`` env steps; its moving-average return by env step, and a figure."""
+    from mlxe.api import train
+    from mlxe.config import load_config
+    from mlxe.telemetry.metrics import read_csv
+    from mlxe.telemetry.plots import line_chart
+
+    cfg = load_config(config, [*QUIET, f"run.dir={out / 'runs'}", f"stop.max_env_steps={steps}", "name=curve", *overrides])
+    result = train(cfg)
+    metrics = read_csv(result.run_dir / "metrics.csv")
+    curve = {"env_steps": metrics["env_steps"].tolist(), "ma_return": metrics["ma_return"].tolist()}
+    line_chart(curve["env_steps"], curve["ma_return"], "env steps", "moving average return", out / "curve.png",
+               title=f"{cfg.env.id}, PPO ({steps:,} env steps, {cfg.device})")
+    return {"run_dir": str(result.run_dir), "wall_s": result.summary["wall_s"], **curve}
+
+
+def bench_atari(
+    config: str | Path = CONFIG,
+    archs: list[str] | None = None,
+    steps: int = 8192,
+    acting_envs: list[int] | None = None,
+    curve_steps: int = 0,
+    sb3_python: str | None = None,
+    overrides: list[str] | None = None,
+    out_dir: str | Path | None = None,
+) -> Path:
+    """Run the benchmark; returns the path of the markdown report."""
+    from mlxe.config import load_config
+
+    archs, acting_envs, overrides = archs or ["is", "oa"], acting_envs or [8], list(overrides or [])
+    env_id = load_config(config, overrides).env.id
+    out = bench_dir("atari", out_dir)
+    results: dict = {"env": env_id, "steps": steps, "whole_loop": [], "acting": [], "sb3": None, "curve": None}
+
+    def save() -> None:
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+
+    started = time.perf_counter()
+    if sb3_python:
+        from mlxe.bench.solve import sb3
+
+        results["sb3"] = sb3(sb3_python, "throughput", f"--env={env_id}", "--algo=ppo", f"--steps={steps}")
+        print(f"SB3 PPO: {results['sb3']['steps_per_s']:,.0f} steps/s", flush=True)
+        save()
+    for arch in archs:
+        variant = [*overrides, f"arch={arch}", f"stop.max_env_steps={steps}", f"name=atari-{arch}"]
+        r = {"arch": arch, **whole_loop(config, variant, out)}
+        results["whole_loop"].append(r)
+        print(f"{arch}: {r['steps_per_s']:,.0f} steps/s", flush=True)
+        save()
+    for e in acting_envs:
+        r = acting_only(config, e, overrides)
+        results["acting"].append(r)
+        print(f"acting {e} envs: {r['collect_steps_per_s']:,.0f} steps/s ({r['fraction']:.0%} of the floor)", flush=True)
+        save()
+    if curve_steps:
+        results["curve"] = learning_curve(config, curve_steps, overrides, out)
+        save()
+
+    sb3_rate = results["sb3"]["steps_per_s"] if results["sb3"] else None
+    lines = [
+        f"# PPO on {env_id} ({config}, {steps:,} env steps per run, {time.perf_counter() - started:,.0f} s in all)",
+        "",
+        "## Whole loop (acting + learning, RL-Zoo's Atari settings)",
+        "",
+        "| arch | env steps/s | frames/s | vs SB3 |",
+        "|---|---|---|---|",
+    ]
+    if sb3_rate:
+        lines.append(f"| SB3 PPO ({results['sb3']['n_envs']} envs) | {sb3_rate:,.0f} | {sb3_rate * FRAME_SKIP:,.0f} | 1.00 |")
+    for r in results["whole_loop"]:
+        ratio = f"{r['steps_per_s'] / sb3_rate:.2f}" if sb3_rate else "-"
+        lines.append(f"| {r['arch'].upper()} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] * FRAME_SKIP:,.0f} | {ratio} |")
+    lines += [
+        "",
+        "## Acting only (one Executor, CNN policy)",
+        "",
+        "| envs | collect() steps/s | bare env + policy steps/s | fraction |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['envs']} | {r['collect_steps_per_s']:,.0f} | {r['floor_steps_per_s']:,.0f} | {r['fraction']:.0%} |"
+            for r in results["acting"]
+        ),
+        "",
+    ]
+    if results["curve"]:
+        c = results["curve"]
+        lines += [
+            f"## Learning curve: {curve_steps:,} env steps in {c['wall_s']:,.0f} s",
+            "",
+            f"Moving-average return at the end: {c['ma_return'][-1]:.1f} (`curve.png`, run `{c['run_dir']}`).",
+            "",
+        ]
+    path = out / "atari.md"
+    path.write_text("\n".join(lines))
+    return path
