@@ -80,6 +80,10 @@ class ModelConfig:
     impala_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     channels_last: bool | None = None  # images stored [H, W, C]; null: when the last axis is the shortest
     custom: str | None = None  # "package.module:Class": a torch module replacing the whole network
+    # A recurrent core between the trunk and the heads (its state carried per environment, reset at
+    # episode ends; PPO and A2C train it on whole segments, back-propagating through time)
+    core: Literal["none", "lstm", "gru"] = "none"
+    core_size: int = 128
     trunk: list[int] = field(default_factory=lambda: [128, 256, 128])
     policy_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
@@ -429,6 +433,9 @@ def _check_model(m: ModelConfig) -> None:
     for key in ("trunk", "policy_head", "value_head"):
         if any(size < 1 for size in getattr(m, key)):
             raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not allowed; expected positive layer sizes")
+    check_positive("model.core_size", m.core_size)
+    if m.custom is not None and m.core != "none":
+        raise ConfigError("model.core: a model.custom module replaces the whole network, core included; set model.core=none")
     if m.custom is not None and not re.fullmatch(r"[\w.]+:\w+", m.custom):
         raise ConfigError(f"model.custom: {m.custom!r} is not allowed; expected 'package.module:Class'")
 

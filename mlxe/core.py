@@ -78,8 +78,10 @@ class Segment:
     episode the environment was reset: ``obs[t + 1]`` is the next episode's first observation, and the
     episode's last observation (what a truncated episode bootstraps from) is in ``final_obs``
     [K, *obs], for the K steps that ended an episode at (``final_t`` [K], ``final_env`` [K]).
-    ``next_obs`` [E, *obs] follows the segment's last step, and ``state`` is the policy's recurrent
-    state before its first step (None for a feed-forward policy). ``restarted``: the Executor's
+    ``next_obs`` [E, *obs] follows the segment's last step. A recurrent policy's states (None for a
+    feed-forward one): ``state`` before the first step (the Executor's environments' rows), ``next_state``
+    after the last step (what ``next_obs`` is read with), and ``final_state`` [K, ...] with which each
+    ended episode's last observation would be read (the state before it was reset). ``restarted``: the Executor's
     environments were reset before this segment (its first since it was started, resumed or
     replaced), so no episode continues from its previous segment.
 
@@ -98,6 +100,8 @@ class Segment:
     final_obs: np.ndarray
     state: State = None
     restarted: bool = False
+    next_state: State = None
+    final_state: State = None
 
     def __len__(self) -> int:
         """Env steps in the segment (T x E)."""

@@ -91,23 +91,28 @@ def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 class ActorCriticPolicy:
     """The actor-critic network (the NumPy mirror for an MLP: :func:`acting_network`): samples actions
-    and records ``logp`` (log pi(a|s)) and ``value`` (V(s)); feed-forward, so its state is None."""
+    and records ``logp`` (log pi(a|s)) and ``value`` (V(s)); a recurrent core's state is carried per
+    environment (None for a feed-forward network)."""
 
     def __init__(self, spec: NetSpec, seed: int) -> None:
+        self.spec = spec
         self.weights = np.zeros(spec.num_params(), np.float32)
         self.net = acting_network(spec, self.weights)
         self.continuous = spec.continuous
         self.rng = np.random.default_rng(seed)
 
     def initial_state(self, n_envs: int) -> State:
-        return None
+        return self.spec.initial_state(n_envs)
 
     def load(self, weights: np.ndarray) -> None:
         np.copyto(self.weights, weights)
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False):
-        """``obs`` [E, d] -> (actions [E] int64 or [E, A] float32, {logp, value} [E], None)."""
-        policy, values = self.net(obs)
+        """``obs`` [E, *obs] -> (actions [E] int64 or [E, A] float32, {logp, value} [E], the next state)."""
+        if state is not None:
+            policy, values, state = self.net.step(obs, state)
+        else:
+            policy, values = self.net(obs)
         if self.continuous:
             mean, std = policy
             noise = np.zeros_like(mean) if greedy else self.rng.standard_normal(mean.shape, dtype=np.float32)
@@ -117,7 +122,7 @@ class ActorCriticPolicy:
             logp = log_softmax(policy)[np.arange(len(actions)), actions]
         else:
             actions, logp = sample_categorical(policy, self.rng)
-        return actions, {"logp": logp, "value": values}, None
+        return actions, {"logp": logp, "value": values}, state
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state}
@@ -135,14 +140,24 @@ def flatten(x: np.ndarray) -> np.ndarray:
 
 
 def next_values(segment: Segment, value_of) -> np.ndarray:
-    """V(s_{t+1}) [T, E] for GAE: the recorded value of the next row, ``value_of(next_obs)`` after the
-    segment's last step, and ``value_of(final observation)`` where an episode ended (GAE masks it
-    after a termination)."""
+    """V(s_{t+1}) [T, E] for GAE: the recorded value of the next row, ``value_of(next_obs, next_state)``
+    after the segment's last step, and ``value_of(final observation, final_state)`` where an episode
+    ended (GAE masks it after a termination); the states are None for a feed-forward policy."""
     value = segment.steps["value"]
-    nxt = np.concatenate([value[1:], value_of(segment.next_obs)[None]], axis=0)
+    nxt = np.concatenate([value[1:], value_of(segment.next_obs, segment.next_state)[None]], axis=0)
     if len(segment.final_t):
-        nxt[segment.final_t, segment.final_env] = value_of(segment.final_obs)
+        nxt[segment.final_t, segment.final_env] = value_of(segment.final_obs, segment.final_state)
     return nxt
+
+
+def episode_starts(segment: Segment) -> np.ndarray:
+    """[T, E] bool: the steps that begin an episode after an earlier step of the segment ended one
+    (where a recurrent core's state is reset; the state the segment starts from is already its first
+    step's)."""
+    s = segment.steps
+    starts = np.zeros_like(s["terminated"])
+    starts[1:] = s["terminated"][:-1] | s["truncated"][:-1]
+    return starts
 
 
 # --------------------------------------------------------------------------- loss helpers
@@ -225,22 +240,46 @@ class A2C(AlgorithmBase):
         self.observed.append(self.targets(segment))
 
     def targets(self, segment: Segment) -> dict[str, np.ndarray]:
-        """The training rows [T*E] of a segment: obs, action, logp, value, GAE advantage and return."""
+        """A segment's training data (:meth:`rows`) with its GAE advantages and returns."""
         s = segment.steps
         adv, ret = gae(
             s["reward"], s["value"], next_values(segment, self.value),
             s["terminated"], s["truncated"], self.algo.gamma, self.algo.gae_lambda,
         )
-        rows = {k: flatten(s[k]) for k in ("obs", "action", "logp", "value")}
-        return dict(rows, advantage=flatten(adv), ret=flatten(ret))
+        return self.rows(segment, advantage=adv, ret=ret)
 
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        """V(obs) [B] float32 with the current weights."""
+    def rows(self, segment: Segment, **targets: np.ndarray) -> dict[str, np.ndarray]:
+        """obs, action, logp, value and ``targets`` ([T, E] each): flattened to rows [T*E] for a
+        feed-forward network; for a recurrent one kept as E sequences [T, E, ...], with the states
+        they start from (``state.<name>`` [E, ...]) and the steps where episodes begin (``resets``)."""
+        data = {k: segment.steps[k] for k in ("obs", "action", "logp", "value")} | targets
+        if segment.state is None:
+            return {k: flatten(v) for k, v in data.items()}
+        starts = {f"state.{k}": v for k, v in segment.state.items()}
+        return data | {"resets": episode_starts(segment)} | starts
+
+    def value(self, obs: np.ndarray, state: State = None) -> np.ndarray:
+        """V(obs) [B] float32 with the current weights (a recurrent network: read with ``state``)."""
         import torch
 
         with torch.no_grad():
-            _, v = self.main(torch.tensor(obs, device=self.device))  # a copy: obs may be read-only
-        return v.cpu().numpy()
+            x = torch.tensor(obs, device=self.device)  # a copy: obs may be read-only
+            if state is None:
+                return self.main(x)[1].cpu().numpy()
+            start = {k: torch.as_tensor(v, device=self.device) for k, v in state.items()}
+            resets = torch.zeros((1, len(x)), dtype=torch.bool, device=self.device)
+            return self.main.sequence(x[None], start, resets)[1][0].cpu().numpy()
+
+    def evaluate(self, mb: dict):
+        """(policy, value [N]) of a minibatch's N rows: one forward pass of a feed-forward network, or
+        a recurrent one run over the minibatch's sequences [T, S] from their stored states (rows in
+        time-major order, as :meth:`take` flattens the other fields)."""
+        if not self.spec.recurrent:
+            return self.main(mb["obs"])
+        state = {k.removeprefix("state."): v for k, v in mb.items() if k.startswith("state.")}
+        policy, value, _ = self.main.sequence(mb["obs"], state, mb["resets"])
+        rows = flatten
+        return (tuple(map(rows, policy)) if isinstance(policy, tuple) else rows(policy)), rows(value)
 
     # -- loss -------------------------------------------------------------------------------------
     def loss(self, mb: dict, clip: float | None):
@@ -249,7 +288,7 @@ class A2C(AlgorithmBase):
         import torch.nn.functional as F
 
         a = self.algo
-        policy, value = self.main(mb["obs"])
+        policy, value = self.evaluate(mb)
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()
@@ -290,8 +329,7 @@ class A2C(AlgorithmBase):
 
         if not self.observed:
             return {}
-        batch = {k: np.concatenate([rows[k] for rows in self.observed]) for k in self.observed[0]}
-        self.observed = []
+        batch = self.gather()
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -299,19 +337,44 @@ class A2C(AlgorithmBase):
         if numpy and not self.backprop_checked:
             self.check_backprop(batch, clip)
         data = batch if numpy else {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}  # moved once
-        n = len(batch["action"])
-        size = n if self.minibatch is None else min(self.minibatch, n)
+        recurrent = self.spec.recurrent
+        # minibatches of rows, or of whole sequences (as many as make ``minibatch`` steps, at least one)
+        T, n = batch["action"].shape[:2] if recurrent else (1, len(batch["action"]))
+        size = n if self.minibatch is None else min(max(1, self.minibatch // T), n)
         stats = []  # per step: STATS + grad norm (torch: a tensor, read once at the end: no sync per step)
         for _ in range(self.epochs):
             perm = self.rng.permutation(n)  # drawn even when unused: one RNG stream whatever the minibatch
             # one minibatch of the whole batch: the loss is order-free, skip the shuffle's copy
-            order = None if size == n else perm if numpy else torch.as_tensor(perm, device=self.device)
+            order = None if size == n and not recurrent else perm if numpy else torch.as_tensor(perm, device=self.device)
             for start in range(0, n - size + 1, size):
-                mb = data if order is None else {k: t[order[start : start + size]] for k, t in data.items()}
+                mb = data if order is None else self.take(data, order[start : start + size])
                 stats.append(self.step_numpy(mb, clip) if numpy else self.step_autograd(mb, clip))
                 self.updates += 1
         means = np.mean(stats, axis=0).tolist() if numpy else torch.stack(stats).mean(0).tolist()
         return dict(zip((*STATS, "grad_norm"), means), lr=lr)
+
+    def gather(self) -> dict[str, np.ndarray]:
+        """The observed segments' data as one batch: rows concatenated, or sequences side by side."""
+        observed, self.observed = self.observed, []
+        if not self.spec.recurrent:
+            return {k: np.concatenate([rows[k] for rows in observed]) for k in observed[0]}
+        lengths = {len(rows["action"]) for rows in observed}
+        if len(lengths) > 1:
+            raise ValueError(f"{type(self).__name__}: a recurrent network trains on segments of one length, got {lengths}")
+        return {k: np.concatenate([d[k] for d in observed], axis=0 if k.startswith("state.") else 1) for k in observed[0]}
+
+    def take(self, data: dict, index) -> dict:
+        """The rows ``index`` of a batch; for sequences, the sequences ``index`` with the per-step
+        fields other than obs and resets flattened to rows [T*S] (time-major, as :meth:`evaluate`)."""
+        if not self.spec.recurrent:
+            return {k: t[index] for k, t in data.items()}
+        mb = {}
+        for k, t in data.items():
+            if k.startswith("state."):
+                mb[k] = t[index]
+            else:
+                mb[k] = t[:, index] if k in ("obs", "resets") else flatten(t[:, index])
+        return mb
 
     @property
     def max_grad_norm(self) -> float:

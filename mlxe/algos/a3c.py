@@ -73,6 +73,11 @@ class Config(AlgoConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
+        if cfg.model.core != "none":
+            raise ConfigError(
+                f"model.core: {cfg.model.core!r} is not supported by algo.name 'a3c' (its replay samples single steps); "
+                "use ppo, a2c or pg, or model.core=none"
+            )
         if cfg.filters.obs or cfg.filters.reward:
             key = "filters.obs" if cfg.filters.obs else "filters.reward"
             raise ConfigError(f"{key}: not supported by algo.name 'a3c' (its replay stores raw steps); set it to false")

@@ -65,6 +65,11 @@ class Config(AlgoConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
+        if cfg.model.core != "none":
+            raise ConfigError(
+                f"model.core: {cfg.model.core!r} is not supported by algo.name 'dqn' (its replay samples single steps); "
+                "use ppo, a2c or pg, or model.core=none"
+            )
         for key in ("batch_size", "buffer_size", "updates_per_step", "n_step", "target_period", "exploration_steps"):
             check_positive(f"algo.{key}", getattr(self, key))
         if self.learning_starts < 0:

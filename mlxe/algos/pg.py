@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-from mlxe.algos.a2c import A2C, check_backprop_setting, flatten
+from mlxe.algos.a2c import A2C, check_backprop_setting
 from mlxe.algos.distributions import log_prob_entropy
 from mlxe.algos.returns import gae
 from mlxe.config import AlgoConfig
@@ -54,12 +54,10 @@ class PG(A2C):
         s = segment.steps
         zeros = np.zeros_like(s["reward"])
         _, ret = gae(s["reward"], zeros, zeros, s["terminated"], s["truncated"], self.algo.gamma, 1.0)
-        g = flatten(ret)
-        rows = {k: flatten(s[k]) for k in ("obs", "action", "logp", "value")}
-        return dict(rows, ret=g, advantage=((g - g.mean()) / (g.std() + 1e-8)).astype(np.float32))
+        return self.rows(segment, ret=ret, advantage=((ret - ret.mean()) / (ret.std() + 1e-8)).astype(np.float32))
 
     def loss(self, mb: dict, clip: float | None):
-        policy, _ = self.main(mb["obs"])
+        policy, _ = self.evaluate(mb)
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         policy_loss = -(logp * mb["advantage"]).mean()

@@ -77,7 +77,7 @@ class PPO(A2C):
         import torch.nn.functional as F
 
         p = self.algo
-        policy, value = self.main(mb["obs"])
+        policy, value = self.evaluate(mb)
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         adv = mb["advantage"]

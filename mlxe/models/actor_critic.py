@@ -51,6 +51,7 @@ STD_KINDS = ("state_independent", "softplus")
 
 NATURE_CONV = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))  # Mnih et al. (2015): (out channels, kernel, stride, padding)
 ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn")
+CORES = ("none", "lstm", "gru")
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,14 @@ class NetSpec:
     impala_channels: tuple[int, ...] = (16, 32, 32)
     channels_last: bool = False  # images stored [H, W, C] (the encoder moves the channels first)
     custom: str | None = None
+    core: str = "none"  # a recurrent core after the trunk: "lstm" or "gru" of ``core_size`` units
+    core_size: int = 128
 
     def __post_init__(self) -> None:
         if isinstance(self.obs_shape, Integral):
             object.__setattr__(self, "obs_shape", (int(self.obs_shape),))
+        if self.core not in CORES:
+            raise ValueError(f"NetSpec: core {self.core!r} is not one of {', '.join(map(repr, CORES))}")
         if self.encoder not in ENCODERS:
             raise ValueError(f"NetSpec: encoder {self.encoder!r} is not one of {', '.join(map(repr, ENCODERS))}")
         if (self.action_low is None) != (self.action_high is None):
@@ -125,7 +130,30 @@ class NetSpec:
     @property
     def mlp_only(self) -> bool:
         """The network is an MLP over flat observations: what the NumPy mirror and backprop implement."""
-        return self.encoder == "mlp" and self.custom is None
+        return self.encoder == "mlp" and self.custom is None and not self.recurrent
+
+    @property
+    def recurrent(self) -> bool:
+        """The network has a recurrent core: it acts with a state per environment."""
+        return self.core != "none"
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The recurrent state of one environment by name (an LSTM's h and c, a GRU's h); {} without a core."""
+        return {"lstm": {"h": (self.core_size,), "c": (self.core_size,)}, "gru": {"h": (self.core_size,)}}.get(self.core, {})
+
+    def initial_state(self, n_envs: int) -> dict[str, np.ndarray] | None:
+        """The recurrent state of ``n_envs`` fresh episodes (zeros), or None without a core."""
+        if not self.recurrent:
+            return None
+        return {k: np.zeros((n_envs, *shape), np.float32) for k, shape in self.state_shapes().items()}
+
+    def core_params(self) -> int:
+        """Parameters of the recurrent core (torch's LSTMCell / GRUCell: input and hidden weights and biases)."""
+        if not self.recurrent:
+            return 0
+        gates = 4 if self.core == "lstm" else 3
+        size, inputs = self.core_size, self.trunk[-1] if self.trunk else self.features()
+        return gates * size * (inputs + size + 2)
 
     def image_shape(self) -> tuple[int, int, int]:
         """(channels, height, width) of an image observation."""
@@ -180,7 +208,7 @@ class NetSpec:
         def chain(sizes: list[int]) -> list[tuple[int, int]]:
             return list(zip(sizes[:-1], sizes[1:]))
 
-        body = self.trunk[-1] if self.trunk else self.features()
+        body = self.core_size if self.recurrent else self.trunk[-1] if self.trunk else self.features()
         return [
             chain([self.features(), *self.trunk]),
             chain([body, *self.policy_head, self.head_size()]),
@@ -203,7 +231,7 @@ class NetSpec:
         trunk, policy, value = self.layer_shapes()
         dense = sum(i * o + o for i, o in trunk + value)
         policy_params = sum(i * o + o for i, o in policy) * (2 if self.noisy_policy else 1)
-        return self.encoder_params() + dense + policy_params + self.log_std_params()
+        return self.encoder_params() + dense + self.core_params() + policy_params + self.log_std_params()
 
     def action_center_scale(self) -> tuple[np.ndarray, np.ndarray]:
         """(center, scale) [n_actions] float32 of the Box bounds: the mean's affine map from tanh."""
@@ -416,7 +444,7 @@ def net_spec(cfg, observation_space, actions) -> NetSpec:
         shape, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
         **box, obs_dtype=dtype, obs_categories=categories, encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
-        channels_last=bool(channels_last), custom=m.custom,
+        channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size,
     )
 
 

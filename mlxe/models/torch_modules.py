@@ -20,6 +20,7 @@ from torch import nn
 
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import MIN_STD, NetSpec
+from mlxe.models.cores import RecurrentCore
 from mlxe.models.encoders import ACTIVATIONS, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
 
@@ -94,6 +95,8 @@ class ActorCritic(nn.Module):
             trunk, policy, value = spec.layer_shapes()
             self.encoder = make_encoder(spec)
             self.trunk = mlp(trunk, spec.activation, last_linear=False)
+            if spec.recurrent:
+                self.core = RecurrentCore(spec)
             self.policy = mlp(policy, spec.activation, last_linear=True, noisy=spec.noisy_policy)
             self.value = mlp(value, spec.activation, last_linear=True)
         if spec.continuous:
@@ -124,15 +127,25 @@ class ActorCritic(nn.Module):
             layer.noise = enabled
 
     def body(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the policy head's output [*lead, head_size], value [*lead])."""
+        """(the policy head's output [*lead, head_size], value [*lead]) of a feed-forward network."""
         if self.spec.custom is not None:
             return self.custom(obs)
+        if self.spec.recurrent:
+            raise ValueError("a network with a recurrent core reads sequences with their state: call sequence()")
         h = self.trunk(self.encoder(obs))
         return self.policy(h), self.value(h).squeeze(-1)
 
     def forward(self, obs: torch.Tensor):
         head, value = self.body(obs)
         return (self.gaussian(head) if self.spec.continuous else head), value
+
+    def sequence(self, obs: torch.Tensor, state: dict[str, torch.Tensor], resets: torch.Tensor):
+        """A recurrent network over ``obs`` [T, B, *obs] from ``state`` ({name: [B, core_size]}), the
+        state zeroed before the steps where ``resets`` [T, B] is True: (policy, value [T, B], the state
+        after the last step), ``policy`` as :meth:`forward` gives it with leading axes [T, B]."""
+        h, state = self.core(self.trunk(self.encoder(obs)), state, resets)
+        head, value = self.policy(h), self.value(h).squeeze(-1)
+        return (self.gaussian(head) if self.spec.continuous else head), value, state
 
     def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy-head output [*lead, A or 2A] -> (mean [*lead, A], std [*lead, A])."""
@@ -199,6 +212,17 @@ class FlatActorCritic:
             policy, value = self.module(self._tensor(obs))
         policy = tuple(x.numpy() for x in policy) if isinstance(policy, tuple) else policy.numpy()
         return policy, value.numpy()
+
+    def step(self, obs: np.ndarray, state: dict[str, np.ndarray]):
+        """One step of a recurrent network: ``obs [B, *obs_shape]``, ``state`` {name: [B, core_size]} ->
+        (policy, value [B], the next state), NumPy float32."""
+        with torch.inference_mode():
+            x = self._tensor(obs)[None]
+            policy, value, state = self.module.sequence(
+                x, {k: torch.from_numpy(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool)
+            )
+        policy = tuple(p[0].numpy() for p in policy) if isinstance(policy, tuple) else policy[0].numpy()
+        return policy, value[0].numpy(), {k: v.numpy() for k, v in state.items()}
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output [B, head_size]."""

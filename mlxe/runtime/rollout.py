@@ -167,6 +167,7 @@ class RolloutExecutor:
         T, E = steps or self.cfg.rollout.steps, self.env.num_envs
         data = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
+        final_states: list[State] = []  # a recurrent policy's state at those episode ends, before its reset
         episodes: list[Episode] = []
         begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
         obs, state0 = self.obs, self.state
@@ -192,6 +193,8 @@ class RolloutExecutor:
                 episodes.append(Episode(self.index, length, total, failed, self.version))
             self.ep_length[ended], self.ep_return[ended], begin[ended] = 0, 0.0, t + 1
             self.discounted_return[ended] = 0.0
+            if self.state is not None:
+                final_states.append({k: v[ended] for k, v in self.state.items()})
             self.state = reset_state(self.state, done, self.policy)
             finals.append((t, ended, final[ended]))
             if self.until_episode_end:
@@ -206,8 +209,14 @@ class RolloutExecutor:
         final_obs = (
             normalize(np.concatenate([o for _, _, o in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
         )
+        final_state = None
+        if self.state is not None:
+            final_state = {
+                k: np.concatenate([s[k] for s in final_states]) if final_states else v[:0] for k, v in self.state.items()
+            }
         segment = Segment(
-            self.index, self.version, data, normalize(obs), final_t, final_env, final_obs, state0, self.restarted
+            self.index, self.version, data, normalize(obs), final_t, final_env, final_obs, state0, self.restarted,
+            self.state, final_state,
         )
         self.restarted = False
         return segment, episodes
