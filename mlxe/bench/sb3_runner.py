@@ -1,8 +1,10 @@
 """Stable-Baselines3 side of the side-by-side benchmarks, run as a script by another interpreter.
 
-``mlxe bench solve|throughput --sb3-python PATH`` runs this file with the Python of an environment
-that has ``stable-baselines3`` and ``rl-zoo3`` (MLxE does not depend on them). It imports neither
-MLxE nor anything MLxE needs, and prints one JSON object on its last line.
+``mlxe bench solve|throughput|atari --sb3-python PATH`` runs this file with the Python of an
+environment that has ``stable-baselines3`` and ``rl-zoo3`` (and ``sb3-contrib`` for ``--algo
+ppo_lstm``, ``ale-py`` for Atari; MLxE does not depend on them). It imports neither MLxE nor
+anything MLxE needs, and prints one JSON object on its last line. An Atari id uses RL-Zoo's
+``atari`` entry (SB3's AtariWrapper, 4 stacked frames).
 
 * ``solve``: train with RL-Zoo's tuned hyper-parameters for the env (each ``--hp key=value``
   replacing one of them, the value read as YAML); every ``--eval-every`` env
@@ -51,6 +53,8 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
     from stable_baselines3.common.vec_env import VecNormalize
     from torch import nn  # noqa: F401  (RL-Zoo's policy_kwargs strings name nn.*)
 
+    import rl_zoo3.import_envs  # noqa: F401  (registers RL-Zoo's own ids, e.g. CartPoleNoVel-v1)
+
     hp = zoo_hyperparams(algo, env_id)
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -85,7 +89,11 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
     if normalize:
         kwargs = normalize if isinstance(normalize, dict) else {}
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)
-    model = getattr(sb3, algo.upper())(policy, env, seed=seed, device="cpu", verbose=0, **hp)
+    if algo == "ppo_lstm":
+        from sb3_contrib import RecurrentPPO as cls
+    else:
+        cls = getattr(sb3, algo.upper())
+    model = cls(policy, env, seed=seed, device="cpu", verbose=0, **hp)
     return model, n_envs, bool(normalize)
 
 

@@ -1,14 +1,15 @@
 """``mlxe bench solve ENV ALGO``: wall time and env steps until the greedy policy solves the env.
 
 "Solved": the mean return of 20 greedy evaluation episodes reaches the env's threshold
-(CartPole-v1 475, Pendulum-v1 -200). Both sides evaluate at the same interval of env steps (MLxE's
+(CartPole-v1 and CartPoleNoVel-v1 475, Pendulum-v1 -200). Both sides evaluate at the same interval of env steps (MLxE's
 ``stop.eval_every`` iterations), and the evaluations are left out of the training wall time on
 both sides (``train_s`` = wall - eval), so a cheaper evaluation does not count as faster training.
 
 With ``--sb3-python PATH`` (an interpreter that has ``stable-baselines3`` and ``rl-zoo3``), every
 seed also trains Stable-Baselines3 with RL-Zoo's tuned hyper-parameters (``sb3_hp``: ``key=value``
 replacements, e.g. to give it the hyper-parameters of MLxE's config), interleaved with MLxE's run of
-the same seed so both see the same machine. Start-up is the wall time of a whole process
+the same seed so both see the same machine. On CartPoleNoVel-v1 (a memory task) MLxE's PPO has an
+LSTM core and the Stable-Baselines3 side is sb3-contrib's RecurrentPPO (RL-Zoo's ``ppo_lstm``). Start-up is the wall time of a whole process
 that imports, builds everything and plays one iteration (MLxE: ``mlxe train`` with a one-iteration
 budget, including its checkpoint; SB3: import, build the model, one env step): an upper bound on
 the time from import to the first env step.
@@ -28,14 +29,16 @@ import numpy as np
 
 from mlxe.bench.compare import QUIET, bench_dir, median_range
 
-THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
+THRESHOLDS = {"CartPole-v1": 475.0, "CartPoleNoVel-v1": 475.0, "Pendulum-v1": -200.0}
 CONFIGS = {
     ("CartPole-v1", "ppo"): "configs/cartpole_ppo.yaml",
     ("CartPole-v1", "a2c"): "configs/cartpole_a2c.yaml",
     ("CartPole-v1", "pg"): "configs/cartpole_pg.yaml",
     ("CartPole-v1", "dqn"): "configs/cartpole_dqn.yaml",
     ("Pendulum-v1", "ppo"): "configs/pendulum_ppo.yaml",
+    ("CartPoleNoVel-v1", "ppo"): "configs/cartpole_novel_ppo_lstm.yaml",
 }
+SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO
 SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
 
 
@@ -92,6 +95,7 @@ def bench_solve(
     per_iteration = probe.num_executors() * probe.envs_per_executor * probe.rollout.steps
     eval_every_steps = probe.stop.eval_every * per_iteration
 
+    sb3_algo = SB3_ALGOS.get((env_id, algo), algo)
     results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
     for seed in range(seeds):
         s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
@@ -105,7 +109,7 @@ def bench_solve(
         line = f"seed {seed}: MLxE {mine['env_steps']} steps {mine['train_s']:.2f} s"
         if sb3_python:
             theirs = sb3(
-                sb3_python, "solve", f"--env={env_id}", f"--algo={algo}", f"--seed={seed}",
+                sb3_python, "solve", f"--env={env_id}", f"--algo={sb3_algo}", f"--seed={seed}",
                 f"--threshold={threshold}", f"--eval-every={eval_every_steps}", f"--max-steps={max_steps}",
                 *(f"--hp={item}" for item in sb3_hp or []),
             )
@@ -121,7 +125,7 @@ def bench_solve(
         ])
     }
     if sb3_python:
-        startup["sb3"] = process_seconds([sb3_python, str(SB3_RUNNER), "startup", f"--env={env_id}", f"--algo={algo}"])
+        startup["sb3"] = process_seconds([sb3_python, str(SB3_RUNNER), "startup", f"--env={env_id}", f"--algo={sb3_algo}"])
     results["startup_s"] = startup
     (out / "results.json").write_text(json.dumps(results, indent=2))
 
@@ -130,7 +134,7 @@ def bench_solve(
 
     sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
     zoo = f"RL-Zoo with {', '.join(sb3_hp)}" if sb3_hp else "RL-Zoo"
-    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"Stable-Baselines3 ({zoo})"}
+    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"Stable-Baselines3 {sb3_algo} ({zoo})"}
     lines = [
         f"# {algo.upper()} solves {env_id} (greedy mean of 20 episodes >= {threshold:g}), {seeds} seeds",
         "",

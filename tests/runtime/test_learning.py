@@ -12,3 +12,16 @@ def test_is_reaches_a_1000_step_episode(tmp_path):
     summary = mlxe.train(cfg).summary
     assert summary["stop_reason"] == "goal_episode_length", summary
     assert summary["best_length"] >= 1000
+
+
+def test_an_lstm_solves_cartpole_without_velocities_where_an_mlp_does_not(tmp_path):
+    # CartPoleNoVel-v1 hides the velocities: a memory task. Seeds 0-3 of the LSTM config reached a
+    # greedy mean of 475 in 7,680-20,480 env steps; the MLP's best greedy mean in 30,000 was 44.
+    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+             "run.eval_after=0", "seed=2", "stop.max_env_steps=20480"]
+    lstm = mlxe.train(mlxe.load_config("configs/cartpole_novel_ppo_lstm.yaml", quiet)).summary
+    assert lstm["stop_reason"] == "eval_return" and lstm["best"]["score"] >= 450, lstm
+    mlp = mlxe.train(mlxe.load_config(
+        "configs/cartpole_novel_ppo_lstm.yaml", [*quiet, "model.core=none", "model.trunk=[64]"]
+    )).summary
+    assert mlp["stop_reason"] == "max_env_steps" and mlp["best"]["score"] < 200, mlp
