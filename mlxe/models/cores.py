@@ -4,7 +4,8 @@ The state of a batch is a dict of [B, core_size] tensors (an LSTM's ``h`` and ``
 as :meth:`mlxe.models.actor_critic.NetSpec.state_shapes` names them. A sequence is time-major
 [T, B, F]; ``resets`` [T, B] marks the steps that begin an episode, before which the state is zeroed
 (the state that entered the sequence belongs to its first step's episode, so ``resets[0]`` is
-normally False). Back-propagation runs through the whole sequence.
+normally False). Back-propagation runs through the whole sequence. The parameters are torch's
+``nn.LSTM`` / ``nn.GRU`` ones (weight_ih, weight_hh, bias_ih, bias_hh).
 """
 
 from __future__ import annotations
@@ -16,24 +17,35 @@ from mlxe.models.actor_critic import NetSpec
 
 
 class RecurrentCore(nn.Module):
-    """``forward(x [T, B, F], state, resets [T, B] bool) -> (outputs [T, B, core_size], final state)``."""
+    """``forward(x [T, B, F], state, resets [T, B] bool) -> (outputs [T, B, core_size], final state)``.
+
+    Runs torch's fused one-layer ``nn.LSTM`` / ``nn.GRU`` over the stretches of time between the steps
+    where some environment begins an episode (there the state rows of those environments are zeroed):
+    one call per stretch rather than a Python loop over every step, whose per-step overhead dominates
+    back-propagation through small cells.
+    """
 
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()
         inputs = spec.trunk[-1] if spec.trunk else spec.features()
         self.lstm = spec.core == "lstm"
-        self.cell = (nn.LSTMCell if self.lstm else nn.GRUCell)(inputs, spec.core_size)
+        self.rnn = (nn.LSTM if self.lstm else nn.GRU)(inputs, spec.core_size)
 
     def forward(
         self, x: torch.Tensor, state: dict[str, torch.Tensor], resets: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        keep = (~resets.bool()).unsqueeze(-1).to(x.dtype)  # [T, B, 1]: 0 where an episode begins
-        h, c = state["h"], state.get("c")
+        resets = resets.bool()
+        keep = (~resets).unsqueeze(-1).to(x.dtype)  # [T, B, 1]: 0 where an episode begins
+        cuts = [t for t in torch.nonzero(resets.any(dim=1)).flatten().tolist() if t > 0]
+        bounds = [0, *cuts, x.shape[0]]
+        h, c = state["h"][None], state["c"][None] if self.lstm else None
         outputs = []
-        for t in range(x.shape[0]):
+        for start, stop in zip(bounds[:-1], bounds[1:]):
+            h = h * keep[start]
             if self.lstm:
-                h, c = self.cell(x[t], (h * keep[t], c * keep[t]))
+                out, (h, c) = self.rnn(x[start:stop], (h, c * keep[start]))
             else:
-                h = self.cell(x[t], h * keep[t])
-            outputs.append(h)
-        return torch.stack(outputs), ({"h": h, "c": c} if self.lstm else {"h": h})
+                out, h = self.rnn(x[start:stop], h)
+            outputs.append(out)
+        final = {"h": h[0], "c": c[0]} if self.lstm else {"h": h[0]}
+        return torch.cat(outputs) if len(outputs) > 1 else outputs[0], final
