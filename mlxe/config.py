@@ -160,6 +160,20 @@ class FilterConfig:
 
 
 @dataclass
+class CuriosityConfig:
+    """The Intrinsic Curiosity Module (Pathak et al., 2017; RELAAX's ``use_icm``), trained on the
+    Learner beside the policy: the intrinsic reward ``nu * |forward prediction error|^2 / 2`` of each
+    step is added to the environment's reward before the targets."""
+
+    enabled: bool = False
+    nu: float = 0.01  # intrinsic reward scale (RELAAX's icm.nu)
+    beta: float = 0.2  # loss = beta * forward loss + (1 - beta) * inverse loss (RELAAX's icm.beta)
+    lr: float = 1e-3  # the module's own Adam (RELAAX's icm.lr)
+    features: int = 288  # width of the feature embedding phi(s) (RELAAX's: its CNN's 288)
+    hidden: int = 256  # the forward and inverse models' hidden layer
+
+
+@dataclass
 class MemoryConfig:
     capacity_per_executor: int = 1024  # ring buffer rows = this x executors
     keep_last_steps: int = 256  # only the last steps of each episode are stored
@@ -249,6 +263,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     algo: AlgoConfig = field(default_factory=lambda: default_algo())
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    icm: CuriosityConfig = field(default_factory=CuriosityConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     run: RunConfig = field(default_factory=RunConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -401,6 +416,11 @@ def _check_ranges(cfg: Config) -> None:
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
     _check_model(cfg.model)
+    for key in ("lr", "features", "hidden"):
+        check_positive(f"icm.{key}", getattr(cfg.icm, key))
+    if cfg.icm.nu < 0 or not 0.0 <= cfg.icm.beta <= 1.0:
+        key, value = ("icm.nu", cfg.icm.nu) if cfg.icm.nu < 0 else ("icm.beta", cfg.icm.beta)
+        raise ConfigError(f"{key}: {value!r} is not allowed; expected nu >= 0 and beta in [0, 1]")
     cfg.algo.check(cfg)
     from mlxe.algos import algorithm
 
@@ -445,7 +465,7 @@ def _check_sections(cfg: Config) -> None:
     silently ignored when changed, so it is an error naming the first changed key."""
     from mlxe.algos import ALGORITHMS, config_class
 
-    for section, default in (("memory", MemoryConfig()),):
+    for section, default in (("memory", MemoryConfig()), ("icm", CuriosityConfig())):
         if section in cfg.algo.sections:
             continue
         changed = _changed_keys(to_dict(getattr(cfg, section)), dataclasses.asdict(default), section)

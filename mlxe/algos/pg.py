@@ -13,7 +13,7 @@ The network's value head is kept (the actor-critic MLP is shared with A2C and PP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from mlxe.core import Segment
 @dataclass
 class Config(AlgoConfig):
     """``algo:`` of PG."""
+
+    sections: ClassVar[tuple[str, ...]] = ("icm",)  # curiosity, as A2C
 
     name: str = "pg"
     lr: float = 1e-2
@@ -53,7 +55,7 @@ class PG(A2C):
         """Returns without a baseline: GAE with lambda 1 over zero values is the discounted return."""
         s = segment.steps
         zeros = np.zeros_like(s["reward"])
-        _, ret = gae(s["reward"], zeros, zeros, s["terminated"], s["truncated"], self.algo.gamma, 1.0)
+        _, ret = gae(self.rewards(segment), zeros, zeros, s["terminated"], s["truncated"], self.algo.gamma, 1.0)
         return self.rows(segment, ret=ret, advantage=((ret - ret.mean()) / (ret.std() + 1e-8)).astype(np.float32))
 
     def loss(self, mb: dict, clip: float | None):

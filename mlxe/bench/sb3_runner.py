@@ -47,13 +47,12 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
     ``overrides``: ``key=value`` strings replacing RL-Zoo's values. ``total_steps``: what ``learn``
     will be given; an ``exploration_fraction`` (of ``learn``'s budget in SB3) is rescaled to it so
     that epsilon reaches its final value at the same env step as with RL-Zoo's ``n_timesteps``."""
+    import rl_zoo3.import_envs  # noqa: F401  (registers RL-Zoo's own ids, e.g. CartPoleNoVel-v1)
     import stable_baselines3 as sb3
     import yaml
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
     from torch import nn  # noqa: F401  (RL-Zoo's policy_kwargs strings name nn.*)
-
-    import rl_zoo3.import_envs  # noqa: F401  (registers RL-Zoo's own ids, e.g. CartPoleNoVel-v1)
 
     hp = zoo_hyperparams(algo, env_id)
     for item in overrides or []:
