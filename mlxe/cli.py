@@ -133,7 +133,8 @@ def _bench(args: argparse.Namespace) -> int:
 
         out = bench_atari(
             args.config, archs=args.archs.split(","), steps=args.steps, acting_envs=args.acting_envs,
-            curve_steps=args.curve_steps, sb3_python=args.sb3_python, overrides=args.overrides, out_dir=args.out,
+            curve_steps=args.curve_steps, rounds=args.rounds, sb3_python=args.sb3_python, overrides=args.overrides,
+            out_dir=args.out,
         )
     elif args.bench == "throughput":
         from mlxe.bench.throughput import bench_throughput
@@ -231,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")
     b.add_argument("--acting-envs", type=_counts, default="8", help="batch sizes of the acting-only measurement")
     b.add_argument("--curve-steps", type=int, default=0, help="env steps of a learning-curve run (0: none)")
+    b.add_argument("--rounds", type=int, default=1, help="repeat the whole-loop runs in turn (median rates)")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
     return parser
 

@@ -4,7 +4,9 @@
   fixed number of env steps with no evaluation, per architecture; env steps (and frames: 4 per
   step) per second from the end of the first iteration to the end of the run. With
   ``--sb3-python``: Stable-Baselines3's PPO with RL-Zoo's ``atari`` entry (8 environments,
-  AtariWrapper, 4 stacked frames) on the same budget, in the same invocation.
+  AtariWrapper, 4 stacked frames) on the same budget, in the same invocation. ``--rounds`` repeats
+  the runs in turn (SB3, then each architecture, then again), so machine drift reaches every side;
+  the table gives median [min-max] rates and the ratio of the medians.
 * Acting only: one Executor's ``collect()`` with the CNN policy against the floor of the same batch
   size: the same preprocessed environments stepped in a loop with actions sampled from the same
   network's forward pass, nothing else.
@@ -23,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir
+from mlxe.bench.compare import QUIET, bench_dir, median_range
 from mlxe.bench.throughput import _rate, whole_loop
 
 CONFIG = "configs/pong_ppo.yaml"
 FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 
 
-def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float = 10.0) -> dict:
+def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
     from mlxe.algos.a2c import sample_categorical
     from mlxe.config import load_config
@@ -86,6 +88,8 @@ def bench_atari(
     steps: int = 8192,
     acting_envs: list[int] | None = None,
     curve_steps: int = 0,
+    rounds: int = 1,
+    acting_seconds: float = 10.0,
     sb3_python: str | None = None,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
@@ -96,26 +100,28 @@ def bench_atari(
     archs, acting_envs, overrides = archs or ["is", "oa"], acting_envs or [8], list(overrides or [])
     env_id = load_config(config, overrides).env.id
     out = bench_dir("atari", out_dir)
-    results: dict = {"env": env_id, "steps": steps, "whole_loop": [], "acting": [], "sb3": None, "curve": None}
+    results: dict = {"env": env_id, "steps": steps, "whole_loop": [], "acting": [], "sb3": [], "curve": None}
 
     def save() -> None:
         (out / "results.json").write_text(json.dumps(results, indent=2))
 
     started = time.perf_counter()
-    if sb3_python:
-        from mlxe.bench.solve import sb3
+    for round_ in range(rounds):
+        if sb3_python:
+            from mlxe.bench.solve import sb3
 
-        results["sb3"] = sb3(sb3_python, "throughput", f"--env={env_id}", "--algo=ppo", f"--steps={steps}")
-        print(f"SB3 PPO: {results['sb3']['steps_per_s']:,.0f} steps/s", flush=True)
-        save()
-    for arch in archs:
-        variant = [*overrides, f"arch={arch}", f"stop.max_env_steps={steps}", f"name=atari-{arch}"]
-        r = {"arch": arch, **whole_loop(config, variant, out)}
-        results["whole_loop"].append(r)
-        print(f"{arch}: {r['steps_per_s']:,.0f} steps/s", flush=True)
-        save()
+            r = sb3(sb3_python, "throughput", f"--env={env_id}", "--algo=ppo", f"--steps={steps}")
+            results["sb3"].append(r)
+            print(f"round {round_}: SB3 PPO {r['steps_per_s']:,.0f} steps/s", flush=True)
+            save()
+        for arch in archs:
+            variant = [*overrides, f"arch={arch}", f"stop.max_env_steps={steps}", f"name=atari-{arch}"]
+            r = {"arch": arch, **whole_loop(config, variant, out)}
+            results["whole_loop"].append(r)
+            print(f"round {round_}: {arch} {r['steps_per_s']:,.0f} steps/s", flush=True)
+            save()
     for e in acting_envs:
-        r = acting_only(config, e, overrides)
+        r = acting_only(config, e, overrides, acting_seconds)
         results["acting"].append(r)
         print(f"acting {e} envs: {r['collect_steps_per_s']:,.0f} steps/s ({r['fraction']:.0%} of the floor)", flush=True)
         save()
@@ -123,20 +129,28 @@ def bench_atari(
         results["curve"] = learning_curve(config, curve_steps, overrides, out)
         save()
 
-    sb3_rate = results["sb3"]["steps_per_s"] if results["sb3"] else None
+    def rates(runs: list[dict]) -> list[float]:
+        return [r["steps_per_s"] for r in runs]
+
+    def row(name: str, values: list[float], reference: float | None) -> str:
+        frames = [v * FRAME_SKIP for v in values]
+        ratio = f"{np.median(values) / reference:.2f}" if reference else "-"
+        return f"| {name} | {median_range(values, 0)} | {median_range(frames, 0)} | {ratio} |"
+
+    sb3_rate = float(np.median(rates(results["sb3"]))) if results["sb3"] else None
     lines = [
-        f"# PPO on {env_id} ({config}, {steps:,} env steps per run, {time.perf_counter() - started:,.0f} s in all)",
+        f"# PPO on {env_id} ({config}, {steps:,} env steps per run, {rounds} round(s), "
+        f"{time.perf_counter() - started:,.0f} s in all)",
         "",
         "## Whole loop (acting + learning, RL-Zoo's Atari settings)",
         "",
-        "| arch | env steps/s | frames/s | vs SB3 |",
+        "| arch | env steps/s | frames/s | vs SB3 (medians) |",
         "|---|---|---|---|",
     ]
     if sb3_rate:
-        lines.append(f"| SB3 PPO ({results['sb3']['n_envs']} envs) | {sb3_rate:,.0f} | {sb3_rate * FRAME_SKIP:,.0f} | 1.00 |")
-    for r in results["whole_loop"]:
-        ratio = f"{r['steps_per_s'] / sb3_rate:.2f}" if sb3_rate else "-"
-        lines.append(f"| {r['arch'].upper()} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] * FRAME_SKIP:,.0f} | {ratio} |")
+        lines.append(row(f"SB3 PPO ({results['sb3'][0]['n_envs']} envs)", rates(results["sb3"]), sb3_rate))
+    for arch in archs:
+        lines.append(row(arch.upper(), rates([r for r in results["whole_loop"] if r["arch"] == arch]), sb3_rate))
     lines += [
         "",
         "## Acting only (one Executor, CNN policy)",

@@ -134,7 +134,8 @@ def bench_solve(
 
     sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
     zoo = f"RL-Zoo with {', '.join(sb3_hp)}" if sb3_hp else "RL-Zoo"
-    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"Stable-Baselines3 {sb3_algo} ({zoo})"}
+    peer = "Stable-Baselines3" if sb3_algo == algo else f"Stable-Baselines3 {sb3_algo}"
+    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"{peer} ({zoo})"}
     lines = [
         f"# {algo.upper()} solves {env_id} (greedy mean of 20 episodes >= {threshold:g}), {seeds} seeds",
         "",

@@ -23,7 +23,7 @@ def test_atari_observations_are_stacked_84x84_bytes():
 def test_pong_ppo_trains_a_few_iterations(tmp_path):
     cfg = mlxe.load_config("configs/pong_ppo.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
-        "executors=1", "envs_per_executor=2", "rollout.steps=16", "algo.batch_size=16", "stop.max_env_steps=64",
+        "arch=is", "executors=1", "envs_per_executor=2", "rollout.steps=16", "algo.batch_size=16", "stop.max_env_steps=64",
         "torch_threads=1",
     ])
     summary = mlxe.train(cfg).summary
