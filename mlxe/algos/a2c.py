@@ -397,7 +397,9 @@ class A2C(AlgorithmBase):
             info.update(zip(("forward_loss", "inverse_loss"), torch.stack(curiosity).mean(0).tolist()))
         steps, extrinsic, intrinsic = self.rewards_seen
         self.rewards_seen[:] = 0.0
-        return info | {"reward_extrinsic": extrinsic / steps, "reward_intrinsic": intrinsic / steps}
+        if steps:  # per step of the segments observed since the last update
+            info |= {"reward_extrinsic": extrinsic / steps, "reward_intrinsic": intrinsic / steps}
+        return info
 
     def gather(self) -> dict[str, np.ndarray]:
         """The observed segments' data as one batch: rows concatenated, or sequences side by side."""
