@@ -72,8 +72,9 @@ class ModelConfig:
     # encoder -> trunk MLP -> policy and value heads (mlxe.models.actor_critic). The encoder reads
     # the observation: "mlp" (a flat Box: the trunk reads it as it is), "onehot" (Discrete), "cnn"
     # (an image: the ``conv`` layers) or "impala_cnn" (IMPALA's residual stages of
-    # ``impala_channels``); "auto" picks by the observation space.
-    encoder: Literal["auto", "mlp", "onehot", "cnn", "impala_cnn"] = "auto"
+    # ``impala_channels``) or "concat" (a Dict or Tuple: each part encoded, cnn for an image, and the
+    # features concatenated); "auto" picks by the observation space.
+    encoder: Literal["auto", "mlp", "onehot", "cnn", "impala_cnn", "concat"] = "auto"
     # cnn: [out_channels, kernel, stride] or [out_channels, kernel, stride, padding] per layer
     # (default: the Nature DQN's)
     conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])

@@ -217,8 +217,13 @@ def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.spaces.Box]:
 def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, int]:
     """How observations of ``space`` are stored: (shape, dtype, categories). Float Boxes as float32,
     integer and bool Boxes (images) in their own dtype, a Discrete space as its index (int64, shape
-    (), ``categories`` = n; 0 otherwise)."""
+    (), ``categories`` = n; 0 otherwise), a Dict or Tuple space flattened by Gymnasium into one
+    vector (uint8 when every part is, else float32; :func:`observation_parts` says what is where)."""
     gym = gymnasium
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        parts = observation_parts(space)
+        dtype = "uint8" if all(d == "uint8" for _, d in parts) else "float32"
+        return (int(gym.spaces.flatdim(space)),), dtype, 0
     if isinstance(space, gym.spaces.Discrete):
         return (), "int64", int(space.n)
     if isinstance(space, gym.spaces.Box):
@@ -228,9 +233,27 @@ def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, in
             raise ConfigError(f"observations of dtype {dtype} are not supported (a Box of float, uint8 or bool): {space}")
         return tuple(int(n) for n in space.shape), stored, 0
     raise ConfigError(
-        f"the observation space {space} is not supported: a Box or a Discrete space (flatten a Dict or Tuple "
-        "space with env.wrappers: [gymnasium.wrappers:FlattenObservation])"
+        f"the observation space {space} is not supported: a Box, a Discrete, or a Dict or Tuple of them"
     )
+
+
+def observation_parts(space: gymnasium.Space) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The parts of a Dict or Tuple space in the order Gymnasium flattens them: (shape, dtype) each,
+    a Box as it is (float Boxes as float32), a Discrete part as its one-hot vector (float32), a nested
+    Dict or Tuple as its flat vector (float32); () for any other space."""
+    gym = gymnasium
+    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return ()
+    parts = []
+    for part in space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces:
+        if isinstance(part, gym.spaces.Box):
+            shape, dtype, _ = observation_layout(part)
+        elif isinstance(part, gym.spaces.Discrete):
+            shape, dtype = (int(part.n),), "float32"
+        else:
+            shape, dtype = (int(gym.spaces.flatdim(part)),), "float32"
+        parts.append((shape, dtype))
+    return tuple(parts)
 
 
 def make_env_from_config(cfg, *, training: bool = True):

@@ -35,6 +35,7 @@ Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ STD_KINDS = ("state_independent", "softplus")
 
 
 NATURE_CONV = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))  # Mnih et al. (2015): (out channels, kernel, stride, padding)
-ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn")
+ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn", "concat")
 CORES = ("none", "lstm", "gru")
 
 
@@ -64,7 +65,9 @@ class NetSpec:
     bounds come from the environment: ``n_actions`` is the number of actions (Discrete) or of action
     dimensions (Box). The encoder turns an observation into a feature vector (``mlp``: the flat
     observation itself; ``onehot``; ``cnn``: the ``conv`` layers; ``impala_cnn``: IMPALA's residual
-    stages of ``impala_channels``); the trunk MLP follows it, then the two heads. ``custom``
+    stages of ``impala_channels``; ``concat``: a Dict or Tuple observation, stored flat, split into
+    its ``obs_parts`` ((shape, dtype) each), each part encoded (``cnn`` for an image, as it is
+    otherwise) and the features concatenated); the trunk MLP follows it, then the two heads. ``custom``
     ("package.module:Class") replaces encoder, trunk and heads by a user's module
     (:class:`mlxe.models.torch_modules.ActorCritic` documents its contract).
     """
@@ -88,6 +91,7 @@ class NetSpec:
     impala_channels: tuple[int, ...] = (16, 32, 32)
     channels_last: bool = False  # images stored [H, W, C] (the encoder moves the channels first)
     custom: str | None = None
+    obs_parts: tuple[tuple[tuple[int, ...], str], ...] = ()  # a Dict or Tuple observation's parts
     core: str = "none"  # a recurrent core after the trunk: "lstm" or "gru" of ``core_size`` units
     core_size: int = 128
 
@@ -162,8 +166,23 @@ class NetSpec:
         c, h, w = (self.obs_shape[2], *self.obs_shape[:2]) if self.channels_last else self.obs_shape
         return c, h, w
 
+    def part_specs(self) -> list[NetSpec]:
+        """The spec each part of a ``concat`` observation is encoded with: ``cnn`` for an image
+        (channels last when the last axis is the shortest), ``mlp`` (flattened) otherwise."""
+        parts = []
+        for shape, dtype in self.obs_parts:
+            image = len(shape) == 3
+            shape = shape if image else (math.prod(shape),)
+            parts.append(dataclasses.replace(
+                self, obs_shape=shape, obs_dtype=dtype, encoder="cnn" if image else "mlp", obs_parts=(),
+                channels_last=image and shape[-1] < shape[0], custom=None,
+            ))
+        return parts
+
     def features(self) -> int:
         """Width of the encoder's output (the trunk's input)."""
+        if self.encoder == "concat":
+            return sum(part.features() for part in self.part_specs())
         if self.encoder == "onehot":
             return self.obs_categories
         if self.encoder == "mlp":
@@ -184,6 +203,8 @@ class NetSpec:
 
     def encoder_params(self) -> int:
         """Parameters of the encoder (before the trunk in the flat layout)."""
+        if self.encoder == "concat":
+            return sum(part.encoder_params() for part in self.part_specs())
         if self.encoder == "cnn":
             c, total = self.image_shape()[0], 0
             for channels, kernel, _, _ in self.conv:
@@ -422,10 +443,11 @@ def net_spec(cfg, observation_space, actions) -> NetSpec:
     :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, or a 1-D Box
     space). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
     (Discrete), ``cnn`` (an image: a 3-D Box)."""
-    from mlxe.envs.factory import observation_layout
+    from mlxe.envs.factory import observation_layout, observation_parts
 
     m = cfg.model
     shape, dtype, categories = observation_layout(observation_space)
+    parts = observation_parts(observation_space)
     box = {}
     if not isinstance(actions, Integral):
         box = dict(
@@ -435,8 +457,8 @@ def net_spec(cfg, observation_space, actions) -> NetSpec:
         actions = actions.shape[0]
     encoder = m.encoder
     if encoder == "auto":
-        encoder = "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
-    check_encoder(encoder, m.custom, shape, categories, observation_space)
+        encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
+    check_encoder(encoder, m.custom, shape, categories, parts, observation_space)
     channels_last = m.channels_last
     if channels_last is None:
         channels_last = len(shape) == 3 and shape[-1] < shape[0]  # [H, W, C]: the channels are the short axis
@@ -444,19 +466,25 @@ def net_spec(cfg, observation_space, actions) -> NetSpec:
         shape, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
         **box, obs_dtype=dtype, obs_categories=categories, encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
-        channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size,
+        channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size, obs_parts=parts,
     )
 
 
-def check_encoder(encoder: str, custom: str | None, shape: tuple[int, ...], categories: int, space) -> None:
+def check_encoder(
+    encoder: str, custom: str | None, shape: tuple[int, ...], categories: int, parts: tuple, space
+) -> None:
     """A ConfigError naming ``model.encoder`` and the space where the encoder cannot read the observation."""
     if custom is not None:
         return
-    fits = {"onehot": categories > 0, "mlp": len(shape) == 1 and not categories, "cnn": len(shape) == 3}
+    flat = len(shape) == 1 and not categories
+    fits = {"onehot": categories > 0, "mlp": flat, "cnn": len(shape) == 3, "concat": bool(parts)}
     fits["impala_cnn"] = fits["cnn"]
     if fits[encoder]:
         return
-    suggestion = "onehot" if categories else "cnn or impala_cnn" if len(shape) == 3 else "mlp" if len(shape) == 1 else None
+    suggestion = (
+        "concat or mlp" if parts else "onehot" if categories else "cnn or impala_cnn" if len(shape) == 3
+        else "mlp" if len(shape) == 1 else None
+    )
     hint = f"set model.encoder to {suggestion} (or auto)" if suggestion else (
         "flatten it (env.wrappers: [gymnasium.wrappers:FlattenObservation]) or give model.custom"
     )

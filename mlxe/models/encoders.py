@@ -9,12 +9,16 @@ that computes, so they travel and sit in replays as bytes.
 * ``cnn``: convolutions of ``NetSpec.conv`` (default: the Nature DQN's 32x8x8/4, 64x4x4/2,
   64x3x3/1), each followed by the activation, flattened;
 * ``impala_cnn``: IMPALA's stages (Espeholt et al., 2018): a 3x3 convolution, a 3x3 max-pool of
-  stride 2 and two residual blocks per entry of ``impala_channels``, then ReLU and flatten.
+  stride 2 and two residual blocks per entry of ``impala_channels``, then ReLU and flatten;
+* ``concat``: a Dict or Tuple observation, flat as stored, split into its parts, each encoded (an
+  image by ``cnn``, any other part as it is), the features concatenated.
 
 ``NetSpec.features()`` is each encoder's output width, computed without torch.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -110,7 +114,33 @@ class ImpalaEncoder(ImageEncoder):
         self.body = nn.Sequential(*layers, nn.ReLU())
 
 
-ENCODERS: dict[str, type[nn.Module]] = {"mlp": Flat, "onehot": OneHot, "cnn": ConvEncoder, "impala_cnn": ImpalaEncoder}
+class Concat(nn.Module):
+    """A Dict or Tuple observation stored flat [*lead, D]: split into its parts, each reshaped and
+    encoded (its own encoder of :meth:`NetSpec.part_specs`), the features concatenated. A uint8
+    part stored among floats is cast back to bytes first, so it is scaled as an image."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        parts = spec.part_specs()
+        self.shapes = [part.obs_shape for part in parts]
+        self.sizes = [math.prod(shape) for shape in self.shapes]
+        self.bytes = [part.obs_dtype == "uint8" for part in parts]
+        self.parts = nn.ModuleList(make_encoder(part) for part in parts)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-1]
+        features = []
+        for chunk, shape, as_bytes, encoder in zip(obs.split(self.sizes, dim=-1), self.shapes, self.bytes, self.parts):
+            part = chunk.reshape(*lead, *shape)
+            if as_bytes and part.dtype != torch.uint8:
+                part = part.round().to(torch.uint8)
+            features.append(encoder(part))
+        return torch.cat(features, dim=-1)
+
+
+ENCODERS: dict[str, type[nn.Module]] = {
+    "mlp": Flat, "onehot": OneHot, "cnn": ConvEncoder, "impala_cnn": ImpalaEncoder, "concat": Concat,
+}
 
 
 def make_encoder(spec: NetSpec) -> nn.Module:

@@ -44,6 +44,8 @@ class GymVec:
         self.observation_space, self.n_actions = env_spaces(self.envs[0])
         shape, dtype, _ = observation_layout(self.observation_space)
         self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)  # as stored: images stay uint8
+        # a Dict or Tuple observation is stored as Gymnasium flattens it (the model splits it again)
+        self.structured = isinstance(self.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.seed = seed
@@ -52,7 +54,15 @@ class GymVec:
         """First observations [E, *obs]; ``seeded``: from ``seed + i`` (else the environments'
         RNGs continue)."""
         seeds = [self.seed + i if seeded else None for i in range(self.num_envs)]
-        return np.stack([np.asarray(env.reset(seed=s)[0], self.obs_dtype) for s, env in zip(seeds, self.envs)])
+        return np.stack([self._stored(env.reset(seed=s)[0]) for s, env in zip(seeds, self.envs)])
+
+    def _stored(self, obs) -> np.ndarray:
+        """One observation as it is stored (see :func:`~mlxe.envs.factory.observation_layout`)."""
+        if self.structured:
+            import gymnasium as gym
+
+            obs = gym.spaces.flatten(self.observation_space, obs)
+        return np.asarray(obs, self.obs_dtype)
 
     def step(self, actions: np.ndarray):
         """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
@@ -74,9 +84,9 @@ class GymVec:
                 done[:, i] = term, trunc
                 if final is None:
                     final = np.empty_like(obs)
-                final[i] = o
+                final[i] = self._stored(o) if self.structured else o
                 o, _ = env.reset()
-            obs[i] = o
+            obs[i] = self._stored(o) if self.structured else o
         if final is not None:
             ended = done[0] | done[1]
             final[~ended] = obs[~ended]

@@ -37,3 +37,17 @@ class Catch(gymnasium.Env):
         terminated = self.ball_row == self.rows - 1
         reward = (1.0 if self.paddle == self.ball_column else -1.0) if terminated else 0.0
         return self._obs(), reward, terminated, False, {}
+
+
+class CatchDict(Catch):
+    """Catch with a Dict observation: the board image and the ball's row as a Discrete part."""
+
+    def __init__(self, rows: int = 10, columns: int = 5) -> None:
+        super().__init__(rows, columns)
+        self.observation_space = gymnasium.spaces.Dict({
+            "board": gymnasium.spaces.Box(0, 255, (1, rows, columns), np.uint8),
+            "ball_row": gymnasium.spaces.Discrete(rows),
+        })
+
+    def _obs(self) -> dict:
+        return {"board": super()._obs(), "ball_row": self.ball_row}

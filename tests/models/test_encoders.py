@@ -146,7 +146,8 @@ def test_float64_boxes_are_stored_as_float32():
         (gymnasium.spaces.Box(-1, 1, (4,)), ["model.encoder=cnn"], "model.encoder: 'cnn' cannot read .* set model.encoder to mlp"),
         (gymnasium.spaces.Discrete(5), ["model.encoder=mlp"], "set model.encoder to onehot"),
         (gymnasium.spaces.Box(-1, 1, (3, 3)), [], "FlattenObservation"),
-        (gymnasium.spaces.Dict({"a": gymnasium.spaces.Discrete(2)}), [], "Dict.*FlattenObservation"),
+        (gymnasium.spaces.MultiDiscrete([2, 3]), [], "MultiDiscrete.* is not supported"),
+        (gymnasium.spaces.Dict({"a": gymnasium.spaces.Discrete(2)}), ["model.encoder=cnn"], "set model.encoder to concat"),
         (gymnasium.spaces.Box(0, 255, (1, 8, 8), np.uint8), [], r"model.conv: .* shrink a \(1, 8, 8\) observation"),
         (gymnasium.spaces.Box(0, 9, (4,), np.int32), [], "dtype int32"),
     ],
@@ -216,3 +217,34 @@ def test_a_custom_module_that_does_not_load_names_the_key():
     spec = spec_of(gymnasium.spaces.Box(-1, 1, (5,)), "model.custom=no_such_package.mod:Net")
     with pytest.raises(ConfigError, match="model.custom: cannot load 'no_such_package.mod:Net'"):
         build_torch(spec)
+
+
+def test_a_dict_observation_is_split_into_its_parts_and_encoded_each():
+    space = gymnasium.spaces.Dict({
+        "camera": gymnasium.spaces.Box(0, 255, (2, 12, 12), np.uint8),
+        "speed": gymnasium.spaces.Box(-1, 1, (3,), np.float64),
+        "gear": gymnasium.spaces.Discrete(4),
+        "grid": gymnasium.spaces.Box(-1, 1, (2, 2), np.float32),
+    })
+    spec = spec_of(space, "model.conv=[[4,3,2]]", "model.trunk=[8]")
+    # Gymnasium flattens a Dict in its (sorted) key order: camera, gear (one-hot), grid, speed
+    assert spec.encoder == "concat" and spec.obs_dtype == "float32" and spec.obs_shape == (288 + 4 + 4 + 3,)
+    assert spec.obs_parts == (((2, 12, 12), "uint8"), ((4,), "float32"), ((2, 2), "float32"), ((3,), "float32"))
+    assert spec.features() == 4 * 5 * 5 + 4 + 4 + 3
+    model = build_torch(spec)
+    assert sum(p.numel() for p in model.parameters()) == spec.num_params()
+    sample = space.sample()
+    flat = gymnasium.spaces.flatten(space, sample).astype(np.float32)[None]
+    with torch.no_grad():
+        features = model.encoder(torch.as_tensor(flat))
+        camera = model.encoder.parts[0](torch.as_tensor(sample["camera"][None]))  # the image scaled as bytes
+    assert features.shape == (1, spec.features())
+    torch.testing.assert_close(features[:, : camera.shape[1]], camera)
+    net = acting_network(spec, flat_weights(model))
+    assert net(flat)[0].shape == (1, 3)
+
+
+def test_a_tuple_of_bytes_is_stored_as_bytes():
+    space = gymnasium.spaces.Tuple((gymnasium.spaces.Box(0, 255, (3, 8, 8), np.uint8), gymnasium.spaces.Box(0, 255, (5,), np.uint8)))
+    spec = spec_of(space, "model.conv=[[4,3,1]]")
+    assert spec.obs_dtype == "uint8" and spec.obs_shape == (197,) and spec.features() == 4 * 6 * 6 + 5

@@ -102,3 +102,12 @@ def test_a_cnn_policy_learns_catch_from_pixels(tmp_path):
     cfg = catch_config(tmp_path, "ppo", "seed=0", "stop.eval_return=0.9", "stop.max_env_steps=20000")
     summary = mlxe.train(cfg).summary
     assert summary["stop_reason"] == "eval_return", summary
+
+
+def test_a_dict_observation_runs_end_to_end_and_is_learned(tmp_path):
+    cfg = catch_config(tmp_path, "ppo", "env.id=tests.envs.catch:CatchDict", "model.encoder=auto", "seed=0",
+                       "stop.eval_return=0.9", "stop.max_env_steps=20000")
+    segment, _, _ = executor(cfg).rollout()
+    assert segment.steps["obs"].dtype == np.float32 and segment.steps["obs"].shape[2:] == (10 + 50,)  # ball_row, board
+    summary = mlxe.train(cfg).summary
+    assert summary["stop_reason"] == "eval_return", summary
