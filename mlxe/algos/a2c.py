@@ -28,6 +28,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import LOG_SQRT_2PI, log_prob_entropy
 from mlxe.algos.returns import gae
@@ -46,7 +47,7 @@ BACKPROP_TOLERANCE = 1e-4
 class Config(AlgoConfig):
     """``algo:`` of A2C."""
 
-    sections: ClassVar[tuple[str, ...]] = ("icm",)  # curiosity (mlxe.models.curiosity)
+    sections: ClassVar[tuple[str, ...]] = ("icm",)  # curiosity (mlxe.algos.curiosity)
 
     name: str = "a2c"
     lr: float = 7e-4
@@ -221,8 +222,7 @@ class A2C(AlgorithmBase):
         self.rng = np.random.default_rng(seed)
         self.epochs, self.minibatch = self.passes()
         self.observed: list[dict[str, np.ndarray]] = []  # training rows of the segments since the last update
-        self.curiosity = self.make_curiosity()
-        self.rewards_seen = np.zeros(3)  # steps, extrinsic and intrinsic reward since the last update
+        self.curiosity = IntrinsicReward(cfg.icm, spec, self.device) if cfg.icm.enabled else None
 
     # -- hyper-parameters the subclasses change -------------------------------------------------------
     def make_optimizer(self):
@@ -233,21 +233,6 @@ class A2C(AlgorithmBase):
     def passes(self) -> tuple[int, int | None]:
         """(epochs over each batch, minibatch size or None for the whole batch)."""
         return 1, None
-
-    def make_curiosity(self):
-        """The ICM (``icm.enabled``) and its own optimizer, or None."""
-        import torch
-
-        i = self.cfg.icm
-        if not i.enabled:
-            return None
-        if self.spec.custom is not None:
-            raise ConfigError("icm.enabled: the curiosity module builds its encoder from model:, not from model.custom")
-        from mlxe.models.curiosity import Curiosity
-
-        module = Curiosity(self.spec, i.features, i.hidden, i.nu).to(self.device)
-        self.curiosity_optimizer = torch.optim.Adam(module.parameters(), lr=i.lr)
-        return module
 
     def schedule(self, progress: float) -> tuple[float, float | None]:
         """(lr, clip range or None) at ``progress`` in [0, 1] of the step budget."""
@@ -269,20 +254,14 @@ class A2C(AlgorithmBase):
 
     def rewards(self, segment: Segment) -> np.ndarray:
         """The rewards [T, E] the targets are computed from: the environment's, plus the curiosity
-        module's intrinsic reward with ``icm`` on (both counted for the logs)."""
-        import torch
-
-        extrinsic = segment.steps["reward"]
-        intrinsic = np.zeros_like(extrinsic)
-        if self.curiosity is not None:
-            def tensor(x):
-                return torch.as_tensor(flatten(x), device=self.device)
-
-            s = segment.steps
-            r = self.curiosity.rewards(tensor(s["obs"]), tensor(segment.next_observations()), tensor(s["action"]))
-            intrinsic = r.cpu().numpy().reshape(extrinsic.shape)
-        self.rewards_seen += (extrinsic.size, extrinsic.sum(), intrinsic.sum())
-        return extrinsic + intrinsic
+        module's intrinsic reward with ``icm`` on."""
+        s = segment.steps
+        if self.curiosity is None:
+            return s["reward"]
+        total = self.curiosity.rewards(
+            flatten(s["obs"]), flatten(segment.next_observations()), flatten(s["action"]), flatten(s["reward"])
+        )
+        return total.reshape(s["reward"].shape)
 
     def rows(self, segment: Segment, **targets: np.ndarray) -> dict[str, np.ndarray]:
         """obs, action, logp, value and ``targets`` ([T, E] each): flattened to rows [T*E] for a
@@ -380,7 +359,6 @@ class A2C(AlgorithmBase):
         T, n = batch["action"].shape[:2] if recurrent else (1, len(batch["action"]))
         size = n if self.minibatch is None else min(max(1, self.minibatch // T), n)
         stats = []  # per step: STATS + grad norm (torch: a tensor, read once at the end: no sync per step)
-        curiosity = []  # per step: the curiosity module's (forward, inverse) losses
         for _ in range(self.epochs):
             perm = self.rng.permutation(n)  # drawn even when unused: one RNG stream whatever the minibatch
             # one minibatch of the whole batch: the loss is order-free, skip the shuffle's copy
@@ -388,18 +366,13 @@ class A2C(AlgorithmBase):
             for start in range(0, n - size + 1, size):
                 mb = data if order is None else self.take(data, order[start : start + size])
                 stats.append(self.step_numpy(mb, clip) if numpy else self.step_autograd(mb, clip))
-                if self.curiosity is not None:
-                    curiosity.append(self.step_curiosity(mb))
+                if self.curiosity is not None:  # on the same transitions
+                    obs = flatten(mb["obs"]) if self.spec.recurrent else mb["obs"]
+                    self.curiosity.step(obs, mb["next_obs"], mb["action"])
                 self.updates += 1
         means = np.mean(stats, axis=0).tolist() if numpy else torch.stack(stats).mean(0).tolist()
         info = dict(zip((*STATS, "grad_norm"), means), lr=lr)
-        if self.curiosity is not None:
-            info.update(zip(("forward_loss", "inverse_loss"), torch.stack(curiosity).mean(0).tolist()))
-        steps, extrinsic, intrinsic = self.rewards_seen
-        self.rewards_seen[:] = 0.0
-        if steps:  # per step of the segments observed since the last update
-            info |= {"reward_extrinsic": extrinsic / steps, "reward_intrinsic": intrinsic / steps}
-        return info
+        return info if self.curiosity is None else info | self.curiosity.metrics()
 
     def gather(self) -> dict[str, np.ndarray]:
         """The observed segments' data as one batch: rows concatenated, or sequences side by side."""
@@ -423,22 +396,6 @@ class A2C(AlgorithmBase):
             else:
                 mb[k] = t[:, index] if k in ("obs", "resets") else flatten(t[:, index])
         return mb
-
-    def step_curiosity(self, mb: dict):
-        """One step of the curiosity module's optimizer on a minibatch's transitions; its (forward,
-        inverse) losses as one tensor."""
-        import torch
-
-        def rows(k: str):
-            x = torch.as_tensor(mb[k], device=self.device)
-            return flatten(x) if k == "obs" and self.spec.recurrent else x
-
-        forward, inverse = self.curiosity.losses(rows("obs"), rows("next_obs"), rows("action"))
-        beta = self.cfg.icm.beta
-        self.curiosity_optimizer.zero_grad()
-        (beta * forward + (1 - beta) * inverse).backward()
-        self.curiosity_optimizer.step()
-        return torch.stack([forward.detach(), inverse.detach()])
 
     @property
     def max_grad_norm(self) -> float:
@@ -525,10 +482,7 @@ class A2C(AlgorithmBase):
             "optimizer": to_cpu(self.optimizer.state_dict()),
             "updates": self.updates,
             "rng": self.rng.bit_generator.state,
-            **({} if self.curiosity is None else {
-                "curiosity": {k: v.detach().cpu() for k, v in self.curiosity.state_dict().items()},
-                "curiosity_optimizer": to_cpu(self.curiosity_optimizer.state_dict()),
-            }),
+            **({} if self.curiosity is None else {"curiosity": self.curiosity.state_dict()}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -540,7 +494,6 @@ class A2C(AlgorithmBase):
         self.rng.bit_generator.state = state["rng"]
         if self.curiosity is not None:
             self.curiosity.load_state_dict(state["curiosity"])
-            self.curiosity_optimizer.load_state_dict(state["curiosity_optimizer"])
 
 
 Algorithm = A2C

@@ -32,6 +32,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
 from mlxe.algos.returns import discounted_returns, nstep_returns
@@ -54,9 +55,10 @@ class ExplorationConfig:
 
 @dataclass
 class Config(AlgoConfig):
-    """``algo:`` of the study's A3C (its replay is configured by the ``memory`` section)."""
+    """``algo:`` of the study's A3C (its replay is configured by the ``memory`` section; curiosity
+    by ``icm``)."""
 
-    sections: ClassVar[tuple[str, ...]] = ("memory",)
+    sections: ClassVar[tuple[str, ...]] = ("memory", "icm")
 
     name: str = "a3c"
     lr: float = 1e-4  # lr = max(lr * lr_decay ** episodes, lr_min)
@@ -77,6 +79,11 @@ class Config(AlgoConfig):
             raise ConfigError(
                 f"model.core: {cfg.model.core!r} is not supported by algo.name 'a3c' (its replay samples single steps); "
                 "use ppo, a2c or pg, or model.core=none"
+            )
+        if cfg.icm.enabled and cfg.backend == "ray" and cfg.ray.mode == "async_gradients":
+            raise ConfigError(
+                "icm.enabled: not supported with ray.mode 'async_gradients' (the parameter server applies the "
+                "policy's gradients only); use ray.mode 'sync' or a local run"
             )
         if cfg.filters.obs or cfg.filters.reward:
             key = "filters.obs" if cfg.filters.obs else "filters.reward"
@@ -267,6 +274,7 @@ class A3C(Algorithm):
         self.fresh, self.owed = False, 0  # a parameter-server worker: an episode stored since, gradients owed
         every = self.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
+        self.curiosity = IntrinsicReward(cfg.icm, spec, self.device) if cfg.icm.enabled else None
         # the network bootstrap values are computed with: the newest published weights
         self.acting = acting_network(spec, np.zeros(spec.num_params(), np.float32))
         self._reset_versions()
@@ -302,6 +310,8 @@ class A3C(Algorithm):
     def finish(self, window: EpisodeWindow, failed: bool, last_obs: np.ndarray, version: int) -> None:
         """The episode's stored steps with their targets into the replay."""
         steps = window.last_steps()
+        if self.curiosity is not None:  # the stored steps' rewards become extrinsic + intrinsic
+            steps["reward"] = self.curiosity.rewards(steps["obs"], steps["next_obs"], steps["action"], steps["reward"])
         n = len(steps["reward"])
         bootstrap = 0.0 if failed else float(self.acting.value(last_obs[None])[0])
         discounts, returns = episode_targets(steps["reward"], failed, bootstrap, self.algo.gamma, self.distance_discount)
@@ -387,7 +397,7 @@ class A3C(Algorithm):
         info["lr"] = self.optimizer.param_groups[0]["lr"]
         if self.best is not None:
             info["promotions"] = self.promotions
-        return info
+        return info if self.curiosity is None else info | self.curiosity.metrics()
 
     def step(self, batch: dict[str, np.ndarray]):
         """One gradient step on ``batch``; returns the LOSS_STATS as one tensor."""
@@ -401,6 +411,8 @@ class A3C(Algorithm):
         max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
         self.optimizer.step()
+        if self.curiosity is not None:  # on the same transitions
+            self.curiosity.step(batch["obs"], batch["next_obs"], batch["action"])
         self.updates += 1
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
@@ -476,6 +488,7 @@ class A3C(Algorithm):
             "updates": self.updates,
             "iterations": self.iterations,
             "episodes": self.episodes,
+            **({} if self.curiosity is None else {"curiosity": self.curiosity.state_dict()}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -484,6 +497,8 @@ class A3C(Algorithm):
         self.main.load_state_dict(state["main"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
+        if self.curiosity is not None:
+            self.curiosity.load_state_dict(state["curiosity"])
         self.updates, self.iterations, self.episodes = (int(state[k]) for k in ("updates", "iterations", "episodes"))
         self.windows = {}
         self._reset_versions()
