@@ -60,12 +60,27 @@ class Config(AlgoConfig):
     # "autograd" = torch autograd of ``loss`` (any device), "auto" = numpy on the CPU with
     # torch_threads 1 (checked against autograd when the Learner starts), autograd otherwise
     backprop: Literal["auto", "numpy", "autograd"] = "auto"
+    # a recurrent core (model.core): the first burn_in steps of each sequence only refresh its state
+    # with the current weights (no loss on them), as R2D2's burn-in
+    burn_in: int = 0
 
     def check(self, cfg) -> None:
         super().check(cfg)
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ConfigError(f"algo.gae_lambda: {self.gae_lambda!r} is not allowed; expected a value in [0, 1]")
         check_backprop_setting(self.backprop, cfg)
+        check_burn_in(self.burn_in, cfg)
+
+
+def check_burn_in(burn_in: int, cfg) -> None:
+    """``algo.burn_in`` needs a recurrent core and fewer steps than a segment: a ConfigError naming it otherwise."""
+    if burn_in == 0:
+        return
+    if cfg.model.core == "none" or not 0 < burn_in < cfg.rollout.steps:
+        raise ConfigError(
+            f"algo.burn_in: {burn_in!r} is not allowed; expected 0, or with a model.core between 1 and "
+            f"rollout.steps - 1 ({cfg.rollout.steps - 1}) (model.core is {cfg.model.core!r})"
+        )
 
 
 def check_backprop_setting(backprop: str, cfg) -> None:
@@ -293,8 +308,15 @@ class A2C(AlgorithmBase):
         time-major order, as :meth:`take` flattens the other fields)."""
         if not self.spec.recurrent:
             return self.main(mb["obs"])
+        import torch
+
         state = {k.removeprefix("state."): v for k, v in mb.items() if k.startswith("state.")}
-        policy, value, _ = self.main.sequence(mb["obs"], state, mb["resets"])
+        obs, resets, k = mb["obs"], mb["resets"], self.algo.burn_in
+        if k:  # the state after the burn-in steps, read with the current weights
+            with torch.no_grad():
+                state = self.main.sequence(obs[:k], state, resets[:k])[2]
+            obs, resets = obs[k:], resets[k:]
+        policy, value, _ = self.main.sequence(obs, state, resets)
         rows = flatten
         return (tuple(map(rows, policy)) if isinstance(policy, tuple) else rows(policy)), rows(value)
 
@@ -386,15 +408,16 @@ class A2C(AlgorithmBase):
 
     def take(self, data: dict, index) -> dict:
         """The rows ``index`` of a batch; for sequences, the sequences ``index`` with the per-step
-        fields other than obs and resets flattened to rows [T*S] (time-major, as :meth:`evaluate`)."""
+        fields other than obs and resets flattened to rows [T*S] (time-major, as :meth:`evaluate`;
+        the burn-in steps left out)."""
         if not self.spec.recurrent:
             return {k: t[index] for k, t in data.items()}
-        mb = {}
+        mb, burn_in = {}, self.algo.burn_in
         for k, t in data.items():
             if k.startswith("state."):
                 mb[k] = t[index]
             else:
-                mb[k] = t[:, index] if k in ("obs", "resets") else flatten(t[:, index])
+                mb[k] = t[:, index] if k in ("obs", "resets") else flatten(t[burn_in:, index])
         return mb
 
     @property

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from mlxe.algos.a2c import A2C, check_backprop_setting
+from mlxe.algos.a2c import A2C, check_backprop_setting, check_burn_in
 from mlxe.algos.distributions import log_prob_entropy
 from mlxe.algos.returns import gae
 from mlxe.config import AlgoConfig
@@ -35,10 +35,12 @@ class Config(AlgoConfig):
     entropy_coef: float = 0.0
     anneal_lr: bool = False  # linearly to 0 over stop.max_env_steps
     backprop: Literal["auto", "numpy", "autograd"] = "auto"  # as A2C's
+    burn_in: int = 0  # as A2C's
 
     def check(self, cfg) -> None:
         super().check(cfg)
         check_backprop_setting(self.backprop, cfg)
+        check_burn_in(self.burn_in, cfg)
 
 
 class PG(A2C):

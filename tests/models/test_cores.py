@@ -119,8 +119,9 @@ def test_the_state_is_reset_at_episode_ends_and_carried_across_segments(tmp_path
         assert len(segment.final_t) == len(next(iter(segment.final_state.values())))
 
 
-def test_sequence_minibatches_reproduce_the_acting_log_probabilities(tmp_path):
-    cfg = lstm_config(tmp_path, "envs_per_executor=4", "rollout.steps=24", "algo.batch_size=48")
+@pytest.mark.parametrize("burn_in", [0, 5])
+def test_sequence_minibatches_reproduce_the_acting_log_probabilities(tmp_path, burn_in):
+    cfg = lstm_config(tmp_path, "envs_per_executor=4", "rollout.steps=24", "algo.batch_size=48", f"algo.burn_in={burn_in}")
     spec, executor = lstm_executor(cfg)
     ppo = PPO(cfg, spec, 0)
     segments = [executor.rollout()[0] for _ in range(2)]
@@ -132,7 +133,8 @@ def test_sequence_minibatches_reproduce_the_acting_log_probabilities(tmp_path):
     data = {k: torch.as_tensor(v) for k, v in batch.items()}
     index = torch.as_tensor([5, 0])  # 48 // 24 = 2 whole sequences per minibatch
     mb = ppo.take(data, index)
-    assert mb["obs"].shape == (24, 2, 4) and mb["action"].shape == (48,) and mb["state.c"].shape == (2, 16)
+    rows = (24 - burn_in) * 2  # the burn-in steps only refresh the state
+    assert mb["obs"].shape == (24, 2, 4) and mb["action"].shape == (rows,) and mb["state.c"].shape == (2, 16)
     with torch.no_grad():
         policy, value = ppo.evaluate(mb)
     logp = torch.log_softmax(policy, -1).gather(1, mb["action"][:, None])[:, 0]
@@ -144,3 +146,9 @@ def test_replay_algorithms_refuse_a_recurrent_core_naming_the_key(tmp_path):
     for base in ("configs/cartpole_dqn.yaml", "configs/cartpole_a3c.yaml"):
         with pytest.raises(ConfigError, match="model.core: 'lstm' is not supported by algo.name"):
             mlxe.load_config(base, ["model.core=lstm"])
+
+
+@pytest.mark.parametrize("overrides", [["algo.burn_in=4", "model.core=none"], ["algo.burn_in=32"]])
+def test_burn_in_needs_a_core_and_a_longer_segment(tmp_path, overrides):
+    with pytest.raises(ConfigError, match="algo.burn_in: .* is not allowed"):
+        lstm_config(tmp_path, *overrides)
