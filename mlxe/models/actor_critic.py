@@ -137,6 +137,11 @@ class NetSpec:
         return self.encoder == "mlp" and self.custom is None and not self.recurrent
 
     @property
+    def numpy_acting(self) -> bool:
+        """The NumPy mirror implements the network: an MLP over flat observations, with or without a core."""
+        return self.encoder == "mlp" and self.custom is None
+
+    @property
     def recurrent(self) -> bool:
         """The network has a recurrent core: it acts with a state per environment."""
         return self.core != "none"
@@ -282,7 +287,7 @@ def acting_network(spec: NetSpec, flat: np.ndarray):
     """What a Policy acts with over the flat weight vector ``flat`` (kept by reference, as
     :class:`NumpyActorCritic`): the NumPy mirror for an MLP, else the torch module run without
     gradients (:class:`mlxe.models.torch_modules.FlatActorCritic`), with the same interface."""
-    if spec.mlp_only:
+    if spec.numpy_acting:
         return NumpyActorCritic(spec, flat)
     from mlxe.models.torch_modules import FlatActorCritic
 
@@ -336,6 +341,39 @@ class _Dense:
         self.end = offset + i * o + o
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+class NumpyCore:
+    """The mirror of :class:`mlxe.models.cores.RecurrentCore` for one step: torch's LSTM (gates i, f,
+    g, o) or GRU (gates r, z, n) over views of the flat vector (weight_ih, weight_hh, bias_ih, bias_hh)."""
+
+    def __init__(self, spec: NetSpec, flat: np.ndarray, offset: int) -> None:
+        self.lstm = spec.core == "lstm"
+        rows, size = (4 if self.lstm else 3) * spec.core_size, spec.core_size
+        inputs = spec.trunk[-1] if spec.trunk else spec.features()
+        self.w_ih = flat[offset : offset + rows * inputs].reshape(rows, inputs).T
+        offset += rows * inputs
+        self.w_hh = flat[offset : offset + rows * size].reshape(rows, size).T
+        offset += rows * size
+        self.b_ih, self.b_hh = flat[offset : offset + rows], flat[offset + rows : offset + 2 * rows]
+        self.end = offset + 2 * rows
+
+    def step(self, x: np.ndarray, state: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        h = state["h"]
+        if self.lstm:
+            i, f, g, o = np.split(x @ self.w_ih + self.b_ih + h @ self.w_hh + self.b_hh, 4, axis=1)
+            c = _sigmoid(f) * state["c"] + _sigmoid(i) * np.tanh(g)
+            h = _sigmoid(o) * np.tanh(c)
+            return h, {"h": h, "c": c}
+        x_r, x_z, x_n = np.split(x @ self.w_ih + self.b_ih, 3, axis=1)
+        h_r, h_z, h_n = np.split(h @ self.w_hh + self.b_hh, 3, axis=1)
+        r, z = _sigmoid(x_r + h_r), _sigmoid(x_z + h_z)
+        h = (1.0 - z) * np.tanh(x_n + r * h_n) + z * h
+        return h, {"h": h}
+
+
 class NumpyActorCritic:
     """NumPy forward pass over a flat float32 parameter vector (views, no copies).
 
@@ -345,7 +383,7 @@ class NumpyActorCritic:
     """
 
     def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
-        if not spec.mlp_only:
+        if not spec.numpy_acting:
             raise ValueError(f"the NumPy mirror is an MLP over flat observations, not a {spec.encoder!r} encoder")
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
@@ -353,8 +391,11 @@ class NumpyActorCritic:
         self._scale_obs = spec.obs_dtype == "uint8"
         self.flat = flat
         self._act = _NP_ACT[spec.activation]
-        groups, offset = [], 0
+        groups, offset, self._core = [], 0, None
         for g, shapes in enumerate(spec.layer_shapes()):
+            if g == 1 and spec.recurrent:  # the core's parameters come between the trunk and the heads
+                self._core = NumpyCore(spec, flat, offset)
+                offset = self._core.end
             layers = []
             for i, o in shapes:
                 noisy = spec.noisy_policy and g == 1
@@ -410,10 +451,19 @@ class NumpyActorCritic:
         """The trunk's output [B, trunk[-1]] for ``obs`` [B, obs_dim]."""
         return self.mlp(self.inputs(obs), self._trunk, last_linear=False)
 
+    def step(self, obs: np.ndarray, state: dict[str, np.ndarray]):
+        """One step of a recurrent network: ``obs [B, obs_dim]``, ``state`` {name: [B, core_size]} ->
+        (policy, value [B], the next state)."""
+        h, state = self._core.step(self.features(obs), state)
+        policy = self.mlp(h, self._policy, True)
+        if self.continuous:
+            policy = self._gaussian(policy)
+        return policy, self.mlp(h, self._value, True)[:, 0], state
+
     def __call__(self, obs: np.ndarray):
         """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
         or (mean [B, A], std [B, A]) (Box)."""
-        h = self.features(obs)
+        h = self.feed_forward(obs)
         policy = self.mlp(h, self._policy, True)
         if self.continuous:
             policy = self._gaussian(policy)
@@ -431,11 +481,17 @@ class NumpyActorCritic:
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output: the logits [B, A] (Discrete), [B, A or 2A] before the Gaussian map (Box)."""
-        return self.mlp(self.features(obs), self._policy, True)
+        return self.mlp(self.feed_forward(obs), self._policy, True)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) [B]."""
-        return self.mlp(self.features(obs), self._value, True)[:, 0]
+        return self.mlp(self.feed_forward(obs), self._value, True)[:, 0]
+
+    def feed_forward(self, obs: np.ndarray) -> np.ndarray:
+        """What the heads read for ``obs`` in a network without a core (one with a core acts by :meth:`step`)."""
+        if self._core is not None:
+            raise ValueError("a network with a recurrent core acts with its state: call step()")
+        return self.features(obs)
 
 
 def net_spec(cfg, observation_space, actions) -> NetSpec:

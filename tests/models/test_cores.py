@@ -8,7 +8,7 @@ import mlxe
 from mlxe.algos.a2c import episode_starts
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import NetSpec, acting_network, build_torch, flat_weights
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, acting_network, build_torch, flat_weights
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -49,21 +49,24 @@ def test_a_reset_starts_the_sequence_afresh(spec):
                                                             torch.zeros(6, 1, dtype=torch.bool))[1][3:, 0])
 
 
-def test_acting_one_step_at_a_time_matches_the_sequence():
+@pytest.mark.parametrize("spec", [LSTM, GRU], ids=["lstm", "gru"])
+def test_acting_one_step_at_a_time_matches_the_sequence(spec):
     torch.manual_seed(1)
-    model = build_torch(LSTM)
-    net = acting_network(LSTM, flat_weights(model))
+    model = build_torch(spec)
+    net = acting_network(spec, flat_weights(model))
+    assert isinstance(net, NumpyActorCritic)  # an MLP with a core acts in NumPy
     x = np.random.default_rng(0).standard_normal((4, 3, 4)).astype(np.float32)
-    state = LSTM.initial_state(3)
+    state = spec.initial_state(3)
     values = []
     for t in range(4):
         _, v, state = net.step(x[t], state)
         values.append(v)
     with torch.no_grad():
-        start = {k: torch.as_tensor(v) for k, v in LSTM.initial_state(3).items()}
+        start = {k: torch.as_tensor(v) for k, v in spec.initial_state(3).items()}
         _, expected, final = model.sequence(torch.as_tensor(x), start, torch.zeros(4, 3, dtype=torch.bool))
     np.testing.assert_allclose(np.stack(values), expected.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(state["c"], final["c"].numpy(), rtol=1e-5, atol=1e-6)
+    for k in spec.state_shapes():
+        np.testing.assert_allclose(state[k], final[k].numpy(), rtol=1e-5, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- through the runtime

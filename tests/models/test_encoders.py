@@ -52,7 +52,7 @@ def test_acting_over_the_flat_vector_matches_the_module(name):
     model = build_torch(spec)
     flat = flat_weights(model)
     net = acting_network(spec, np.zeros_like(flat))
-    assert isinstance(net, NumpyActorCritic if spec.mlp_only else FlatActorCritic)
+    assert isinstance(net, NumpyActorCritic if spec.numpy_acting else FlatActorCritic)
     np.copyto(net.flat, flat)  # the acting network reads its vector by reference
     obs = observations(spec, (6,))
     policy, value = net(obs)

@@ -130,7 +130,7 @@ class RolloutActor(Actor):
         self.index = index
         self.weights = ObjectStoreWeights()
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
-        limit_threads(1, torch=not self.executor.spec.mlp_only)  # the Executors are the parallelism of acting
+        limit_threads(1, torch=not self.executor.spec.numpy_acting)  # the Executors are the parallelism of acting
         if state is not None:
             self.load_state_dict(state)
 
