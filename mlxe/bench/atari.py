@@ -76,7 +76,8 @@ def learning_curve(config: str | Path, steps: int, overrides: list[str], out: Pa
     cfg = load_config(config, [*QUIET, f"run.dir={out / 'runs'}", f"stop.max_env_steps={steps}", "name=curve", *overrides])
     result = train(cfg)
     metrics = read_csv(result.run_dir / "metrics.csv")
-    curve = {"env_steps": metrics["env_steps"].tolist(), "ma_return": metrics["ma_return"].tolist()}
+    played = metrics["episodes"] > 0  # the moving average exists once an episode has ended
+    curve = {"env_steps": metrics["env_steps"][played].tolist(), "ma_return": metrics["ma_return"][played].tolist()}
     line_chart(curve["env_steps"], curve["ma_return"], "env steps", "moving average return", out / "curve.png",
                title=f"{cfg.env.id}, PPO ({steps:,} env steps, {cfg.device})")
     return {"run_dir": str(result.run_dir), "wall_s": result.summary["wall_s"], **curve}
