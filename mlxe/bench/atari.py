@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mlxe.bench.compare import QUIET, bench_dir, median_range
-from mlxe.bench.throughput import _rate, whole_loop
+from mlxe.bench.throughput import collect_and_floor, whole_loop
 
 CONFIG = "configs/pong_ppo.yaml"
 FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
@@ -34,7 +34,6 @@ FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 
 def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
-    from mlxe.algos.a2c import sample_categorical
     from mlxe.config import load_config
     from mlxe.models.actor_critic import acting_network, build_torch, flat_weights
     from mlxe.runtime.rollout import GymVec, RolloutExecutor
@@ -49,21 +48,11 @@ def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds
     shared = SharedWeights(len(weights))
     shared.publish(weights)
     executor = RolloutExecutor(cfg, 0, shared, seed=0)
-    collect = _rate(lambda: len(executor.collect()[0]), seconds)
-
-    env, net, rng = GymVec(cfg, num_envs, 0), acting_network(spec, weights.copy()), np.random.default_rng(0)
-    obs = env.reset()
-
-    def bare() -> int:
-        nonlocal obs
-        for _ in range(cfg.rollout.steps):
-            actions, _ = sample_categorical(net.logits(obs), rng)
-            obs = env.step(actions)[0]
-        return cfg.rollout.steps * num_envs
-
-    floor = _rate(bare, seconds)
-    env.close()
-    return {"envs": num_envs, "collect_steps_per_s": collect, "floor_steps_per_s": floor, "fraction": collect / floor}
+    env = GymVec(cfg, num_envs, 0)
+    try:
+        return collect_and_floor(executor, env, acting_network(spec, weights.copy()), cfg.rollout.steps, seconds)
+    finally:
+        env.close()
 
 
 def learning_curve(config: str | Path, steps: int, overrides: list[str], out: Path) -> dict:

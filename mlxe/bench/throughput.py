@@ -51,7 +51,6 @@ def _rate(step, seconds: float) -> float:
 
 def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
-    from mlxe.algos.a2c import sample_categorical
     from mlxe.config import load_config
     from mlxe.envs.vector import CartPoleVec
     from mlxe.models.actor_critic import NumpyActorCritic
@@ -65,20 +64,27 @@ def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict
     shared = SharedWeights(len(weights))
     shared.publish(weights)
     executor = RolloutExecutor(cfg, 0, shared, seed=0)
-    collect = _rate(lambda: len(executor.collect()[0]), seconds)
+    env = CartPoleVec(num_envs, cfg.env.max_episode_steps, 0)
+    return collect_and_floor(executor, env, NumpyActorCritic(spec, weights), cfg.rollout.steps, seconds)
 
-    env, net, rng = CartPoleVec(num_envs, cfg.env.max_episode_steps, 0), NumpyActorCritic(spec, weights), np.random.default_rng(0)
-    obs = env.reset()
+
+def collect_and_floor(executor, env, net, steps: int, seconds: float) -> dict:
+    """Env steps/s of ``executor.collect()`` and of its floor: ``env`` stepped ``steps`` at a time with
+    actions sampled from ``net``'s forward pass, nothing else."""
+    from mlxe.algos.a2c import sample_categorical
+
+    collect = _rate(lambda: len(executor.collect()[0]), seconds)
+    rng, obs = np.random.default_rng(0), env.reset()
 
     def bare() -> int:
         nonlocal obs
-        for _ in range(cfg.rollout.steps):
+        for _ in range(steps):
             actions, _ = sample_categorical(net.logits(obs), rng)
             obs = env.step(actions)[0]
-        return cfg.rollout.steps * num_envs
+        return steps * env.num_envs
 
     floor = _rate(bare, seconds)
-    return {"envs": num_envs, "collect_steps_per_s": collect, "floor_steps_per_s": floor, "fraction": collect / floor}
+    return {"envs": env.num_envs, "collect_steps_per_s": collect, "floor_steps_per_s": floor, "fraction": collect / floor}
 
 
 def bench_throughput(
