@@ -16,6 +16,10 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
   prioritized (age, risk, TD error), re-weighted at every iteration start; V-trace targets there too.
 * Loss: mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)), the policy term optionally
   corrected for the replayed steps' older behaviour policy (truncated importance weights, V-trace).
+* Recurrent core (``model.core``, RELAAX's DA3C-LSTM on the study's replay): Executors carry the
+  state per environment and record the state each step is played from; the replay serves sequences
+  of ``sequence_length`` steps that start from their stored states (R2D2's stored-state replay),
+  the first ``burn_in`` steps only refreshing the state, the loss masked after an episode's end.
 * Update: RAdam, lr = max(lr0 * 0.998^episodes, 1e-6), batches of 128 drawn from replay;
   updates per iteration = max(min_updates, N // batch + 1) for N stored steps (MMUF); optionally
   the main model is reset to the best-scoring published weights every ``promote_best_every``
@@ -72,13 +76,18 @@ class Config(AlgoConfig):
     td_n: int | None = None  # value target: None = the Monte-Carlo return G, n = n-step TD target
     off_policy: Literal["none", "truncated_is", "vtrace"] = "none"  # correction of the replayed policy term
     promote_best_every: int | None = None  # every k iterations reset the main model to the best so far
+    # a recurrent core (model.core) trains on replayed sequences of this many steps from their stored
+    # states, the first burn_in of them only refreshing the state
+    sequence_length: int = 16
+    burn_in: int = 0
 
     def check(self, cfg) -> None:
         super().check(cfg)
-        if cfg.model.core != "none":
+        check_positive("algo.sequence_length", self.sequence_length)
+        if self.burn_in and (cfg.model.core == "none" or not 0 < self.burn_in < self.sequence_length):
             raise ConfigError(
-                f"model.core: {cfg.model.core!r} is not supported by algo.name 'a3c' (its replay samples single steps); "
-                "use ppo, a2c or pg, or model.core=none"
+                f"algo.burn_in: {self.burn_in!r} is not allowed; expected 0, or with a model.core between 1 and "
+                f"algo.sequence_length - 1 ({self.sequence_length - 1})"
             )
         if cfg.icm.enabled and cfg.backend == "ray" and cfg.ray.mode == "async_gradients":
             raise ConfigError(
@@ -125,8 +134,9 @@ def episode_targets(
 
 
 class A3CPolicy:
-    """Acting: softmax(logits) of the MLP in NumPy, then the configured exploration policy; records
-    log pi_behaviour(a|s) for the importance corrections of replayed steps."""
+    """Acting: softmax(logits) of the network (NumPy for an MLP), then the configured exploration
+    policy; records log pi_behaviour(a|s) for the importance corrections of replayed steps and, with a
+    recurrent core, the state each step is played from (``state.<name>``), where replayed sequences start."""
 
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         if spec.continuous:
@@ -137,22 +147,29 @@ class A3CPolicy:
         self.weights = np.zeros(spec.num_params(), np.float32)
         self.net = acting_network(spec, self.weights)
         self.noisy = spec.noisy_policy
+        self.spec = spec
         self.rng = np.random.default_rng(seed)
 
     def initial_state(self, n_envs: int) -> State:
-        return None
+        return self.spec.initial_state(n_envs)
 
     def act(self, obs: np.ndarray, state: State = None, greedy: bool = False):
         if greedy and self.noisy:
             self.net.noise_off()  # evaluation acts with the mean weights
         exploration = self.greedy if greedy else self.exploration
+        record, next_state = {}, None
+        if state is not None:
+            all_logits, _, next_state = self.net.step(obs, state)
+            record = {f"state.{k}": v for k, v in state.items()}
+        else:
+            all_logits = self.net.logits(obs)
         actions = np.empty(len(obs), np.int64)
         logp = np.empty(len(obs), np.float32)
-        for i, logits in enumerate(self.net.logits(obs)):  # the exploration policies pick per state
+        for i, logits in enumerate(all_logits):  # the exploration policies pick per state
             probs = softmax(logits)
             actions[i] = exploration.select(probs, self.rng)
             logp[i] = np.log(probs[actions[i]])
-        return actions, {"logp": logp}, None
+        return actions, {"logp": logp, **record}, next_state
 
     def load(self, weights: np.ndarray) -> None:
         np.copyto(self.weights, weights)
@@ -175,6 +192,7 @@ class EpisodeWindow:
     def __init__(self, keep: int, spec: NetSpec) -> None:
         self.keep = keep
         self.data = {k: np.zeros(keep, np.float32) for k in self.FIELDS}
+        self.data.update({f"state.{k}": np.zeros((keep, *shape), np.float32) for k, shape in spec.state_shapes().items()})
         self.data["obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
         self.data["next_obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
         self.data["action"] = np.zeros(keep, np.int64)
@@ -244,7 +262,7 @@ class A3C(Algorithm):
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
-        return {"logp": Field()}
+        return {"logp": Field()} | {f"state.{k}": Field(shape) for k, shape in spec.state_shapes().items()}
 
     @classmethod
     def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1) -> A3CPolicy:
@@ -265,7 +283,8 @@ class A3C(Algorithm):
         self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True)
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
         self.replay = EpisodeReplay(
-            cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed
+            cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed,
+            self.algo.sequence_length,
         )
         self.keep = cfg.memory.keep_last_steps
         self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
@@ -301,7 +320,7 @@ class A3C(Algorithm):
                 stop = len(ended) if t is None else t + 1
                 if stop > start:
                     window = self.windows.setdefault(key, EpisodeWindow(self.keep, self.spec))
-                    part = {k: steps[k][start:stop, e] for k in ("obs", "action", "reward", "logp")}
+                    part = {k: steps[k][start:stop, e] for k in window.data if k != "next_obs"}
                     window.extend({**part, "next_obs": next_obs[start:stop, e]})
                 if t is not None:
                     self.finish(self.windows.pop(key), bool(steps["terminated"][t, e]), next_obs[t, e], segment.version)
@@ -313,15 +332,26 @@ class A3C(Algorithm):
         if self.curiosity is not None:  # the stored steps' rewards become extrinsic + intrinsic
             steps["reward"] = self.curiosity.rewards(steps["obs"], steps["next_obs"], steps["action"], steps["reward"])
         n = len(steps["reward"])
-        bootstrap = 0.0 if failed else float(self.acting.value(last_obs[None])[0])
+        bootstrap = 0.0 if failed else float(self.next_values(steps, last_only=True)[0])
         discounts, returns = episode_targets(steps["reward"], failed, bootstrap, self.algo.gamma, self.distance_discount)
         if self.algo.td_n is not None:  # n-step targets from the values of the weights that played
-            returns = nstep_returns(steps["reward"], discounts, self.acting.value(steps["next_obs"]), self.algo.td_n)
+            returns = nstep_returns(steps["reward"], discounts, self.next_values(steps), self.algo.td_n)
         done = np.zeros(n, np.float32)
         done[-1] = float(failed)
         last = np.zeros(n, np.float32)
         last[-1] = 1.0
         self.store({**steps, "done": done, "discount": discounts, "ret": returns, "last": last}, window.total_return, version)
+
+    def next_values(self, steps: dict[str, np.ndarray], last_only: bool = False) -> np.ndarray:
+        """V(next_obs) [n] of an episode's stored steps (only the last one's [1] with ``last_only``)
+        with the newest published weights; a recurrent network reads each from the state after its
+        step, played from the step's stored state."""
+        rows = slice(-1, None) if last_only else slice(None)
+        if not self.spec.recurrent:
+            return self.acting.value(steps["next_obs"][rows])
+        state = {k: steps[f"state.{k}"][rows] for k in self.spec.state_shapes()}
+        _, _, state = self.acting.step(steps["obs"][rows], state)
+        return self.acting.step(steps["next_obs"][rows], state)[1]
 
     def store(self, steps: dict[str, np.ndarray], total_return: float, version: int) -> None:
         """One finished episode's stored steps (every field of ``step_layout``) into the replay;
@@ -336,13 +366,26 @@ class A3C(Algorithm):
     def loss(self, batch: dict[str, np.ndarray]):
         """``batch``: obs [B, d], action [B], ret [B] and the other stored fields (``mlxe.memory.replay.step_layout``); optionally
         ``weight`` [B] (prioritized-replay importance weights) and, with V-trace, ``vs``/``pg_adv`` [B].
+        A recurrent network's batch is time-major sequences (:meth:`EpisodeReplay.batch`).
         Returns (loss, (value loss, policy loss, entropy))."""
         import torch
 
         def field(key: str):  # each field the loss reads, moved to the device once
             return torch.as_tensor(batch[key], device=self.device)
 
-        logits, value = self.main(field("obs"))
+        mask = None
+        if self.spec.recurrent:  # time-major sequences [L, S] from their stored states
+            state = {k: field(f"state.{k}") for k in self.spec.state_shapes()}
+            obs, k = field("obs"), self.algo.burn_in
+            resets = torch.zeros(obs.shape[:2], dtype=torch.bool, device=self.device)
+            if k:  # the state after the burn-in steps, read with the current weights
+                with torch.no_grad():
+                    state = self.main.sequence(obs[:k], state, resets[:k])[2]
+            batch = {key: v if key == "weight" or key.startswith("state.") else v[k:] for key, v in batch.items()}
+            logits, value, _ = self.main.sequence(field("obs"), state, resets[k:])
+            mask = field("mask").float()
+        else:
+            logits, value = self.main(field("obs"))
         logp, entropy = categorical(logits, field("action"))
         if self.algo.off_policy == "vtrace":  # targets and advantages fixed at the iteration start
             target = field("vs")
@@ -357,9 +400,13 @@ class A3C(Algorithm):
         policy_loss = -logp * advantage  # CE(a) * stopgrad(advantage)
         per_sample = self.algo.value_coef * value_loss + policy_loss - self.algo.entropy_coef * entropy
         if "weight" in batch:
-            per_sample = per_sample * field("weight")
-        info = (value_loss.detach().mean(), policy_loss.detach().mean(), entropy.detach().mean())
-        return per_sample.mean(), info
+            per_sample = per_sample * field("weight")  # [B], or [S]: one weight per sequence
+
+        def mean(x):  # over the steps of the batch (a recurrent one's valid steps)
+            return x.mean() if mask is None else (x * mask).sum() / mask.sum()
+
+        info = (mean(value_loss.detach()), mean(policy_loss.detach()), mean(entropy.detach()))
+        return mean(per_sample), info
 
     # -- update --------------------------------------------------------------------------------
     def learning_rate(self, episodes: int) -> float:
@@ -412,7 +459,8 @@ class A3C(Algorithm):
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
         self.optimizer.step()
         if self.curiosity is not None:  # on the same transitions
-            self.curiosity.step(batch["obs"], batch["next_obs"], batch["action"])
+            rows = batch["mask"] if self.spec.recurrent else slice(None)
+            self.curiosity.step(batch["obs"][rows], batch["next_obs"][rows], batch["action"][rows])
         self.updates += 1
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 

@@ -18,11 +18,11 @@ LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def categorical(logits, action):
-    """``logits`` [B, A], ``action`` [B] -> (log pi(a|s) [B], entropy H(pi(.|s)) [B])."""
+    """``logits`` [*B, A], ``action`` [*B] -> (log pi(a|s) [*B], entropy H(pi(.|s)) [*B])."""
     import torch.nn.functional as F
 
     logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(1, action[:, None]).squeeze(1)
+    logp = logp_all.gather(-1, action[..., None]).squeeze(-1)
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 

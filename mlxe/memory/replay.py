@@ -11,9 +11,11 @@ import numpy as np
 
 def step_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
     """Field name -> (per-row shape, dtype) of one stored step; observations as the Executors store
-    them (``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`)."""
+    them (``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`). A recurrent network's acting state
+    before the step is stored too (``state.<name>``), so a replayed sequence starts from it."""
     obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
-    return {
+    states = {f"state.{k}": (shape, np.dtype(np.float32)) for k, shape in spec.state_shapes().items()}
+    return states | {
         "obs": obs,
         "action": ((), np.int64),
         "reward": ((), np.float32),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy, episode_targets
+from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy, EpisodeWindow, episode_targets
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
@@ -683,3 +683,111 @@ def test_the_server_decays_the_learning_rate_by_run_wide_episodes():
     assert server.server_iteration(2) == {"lr": pytest.approx(0.025)}
     assert server.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
     assert server.server_iteration(10)["lr"] == 0.01
+
+
+# --------------------------------------------------------------------------- recurrent core (DA3C-LSTM)
+
+LSTM_SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), core="lstm", core_size=4, policy_head=(8,), value_head=(8,))
+
+
+def test_recurrent_policy_records_the_state_each_step_is_played_from():
+    lrn = A3C(config("model.core=lstm"), LSTM_SPEC, 0)
+    pol = A3C.make_policy(config("model.core=lstm"), LSTM_SPEC, 0)
+    pol.load(lrn.weights())
+    state = pol.initial_state(2)
+    assert set(state) == {"h", "c"} and not state["h"].any()
+    net = NumpyActorCritic(LSTM_SPEC, lrn.weights())
+    obs = np.random.default_rng(0).standard_normal((3, 2, 3)).astype(np.float32)
+    for t in range(3):
+        actions, fields, after = pol.act(obs[t], state)
+        logits, _, expected = net.step(obs[t], state)
+        for k in state:
+            np.testing.assert_array_equal(fields[f"state.{k}"], state[k])  # the state before the step
+            np.testing.assert_allclose(after[k], expected[k], atol=1e-6)
+        z = logits.astype(np.float64)
+        logp = z[np.arange(2), actions] - np.log(np.exp(z).sum(axis=1))
+        np.testing.assert_allclose(fields["logp"], logp, atol=1e-5)
+        state = after
+    assert np.abs(state["h"]).max() > 0  # the state moved
+    assert set(A3C.record(config(), LSTM_SPEC)) == {"logp", "state.h", "state.c"}
+
+
+def sequence_batch(seed: int, length: int = 5, sequences: int = 3) -> dict[str, np.ndarray]:
+    """Time-major sequences [L, S] as EpisodeReplay serves them, the last sequence ending after 2 steps."""
+    rng = np.random.default_rng(seed)
+    shape = (length, sequences)
+    mask = np.ones(shape, bool)
+    mask[2:, -1] = False
+    return {
+        "obs": rng.standard_normal((*shape, 3)).astype(np.float32),
+        "action": rng.integers(0, 2, shape).astype(np.int64),
+        "ret": (rng.standard_normal(shape) * 3).astype(np.float32),
+        "logp": np.full(shape, -0.69, np.float32),
+        "mask": mask,
+        "state.h": rng.standard_normal((sequences, 4)).astype(np.float32),
+        "state.c": rng.standard_normal((sequences, 4)).astype(np.float32),
+    }
+
+
+def test_recurrent_loss_is_over_the_valid_steps_from_the_stored_states():
+    lrn = A3C(config("model.core=lstm"), LSTM_SPEC, 1)
+    batch = sequence_batch(0)
+    loss = lrn.loss(batch)[0].item()
+    changed = {k: v.copy() for k, v in batch.items()}
+    changed["obs"][2:, -1] += 5.0  # steps after the episode's end do not count
+    changed["ret"][2:, -1] += 5.0
+    assert lrn.loss(changed)[0].item() == pytest.approx(loss, rel=1e-6)
+    changed["state.h"][0] += 1.0  # the stored state is where a sequence starts
+    assert lrn.loss(changed)[0].item() != pytest.approx(loss, rel=1e-4)
+    # by hand: the sequence from the stored state, mean of the per-step terms over the 13 valid steps
+    with torch.no_grad():
+        state = {k: torch.from_numpy(batch[f"state.{k}"]) for k in ("h", "c")}
+        logits, value, _ = lrn.main.sequence(torch.from_numpy(batch["obs"]), state, torch.zeros(5, 3, dtype=torch.bool))
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, torch.from_numpy(batch["action"])[..., None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        ret = torch.from_numpy(batch["ret"])
+        terms = 0.5 * (ret - value) ** 2 - logp * (ret - value) - 0.01 * entropy
+    assert loss == pytest.approx(terms[torch.from_numpy(batch["mask"])].mean().item(), rel=1e-5)
+
+
+def test_recurrent_burn_in_refreshes_the_state_without_loss():
+    lrn = A3C(config("model.core=lstm", "algo.burn_in=2"), LSTM_SPEC, 1)
+    batch = sequence_batch(1)
+    batch["mask"][:] = True
+    with torch.no_grad():  # the burned-in state, then the plain loss of the remaining 3 steps
+        state = {k: torch.from_numpy(batch[f"state.{k}"]) for k in ("h", "c")}
+        state = lrn.main.sequence(torch.from_numpy(batch["obs"][:2]), state, torch.zeros(2, 3, dtype=torch.bool))[2]
+    rest = {k: v if k.startswith("state.") else v[2:] for k, v in batch.items()}
+    rest.update({f"state.{k}": v.numpy() for k, v in state.items()})
+    plain = A3C(config("model.core=lstm"), LSTM_SPEC, 1)
+    assert lrn.loss(batch)[0].item() == pytest.approx(plain.loss(rest)[0].item(), rel=1e-5)
+
+
+def test_recurrent_learner_trains_on_replayed_sequences():
+    lrn = A3C(config("model.core=lstm", "algo.min_updates=3", "algo.sequence_length=4"), LSTM_SPEC, 0)
+    rng = np.random.default_rng(0)
+    n = 7
+    steps = {
+        "obs": rng.standard_normal((n, 3)).astype(np.float32),
+        "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
+        "action": rng.integers(0, 2, n).astype(np.int64),
+        "reward": np.ones(n, np.float32),
+        "logp": np.full(n, -0.69, np.float32),
+        "state.h": rng.standard_normal((n, 4)).astype(np.float32),
+        "state.c": rng.standard_normal((n, 4)).astype(np.float32),
+    }
+    window = EpisodeWindow(16, LSTM_SPEC)
+    window.extend(steps)
+    lrn.finish(window, failed=False, last_obs=steps["next_obs"][-1], version=1)
+    np.testing.assert_array_equal(lrn.replay.memory.data["state.h"][:n], steps["state.h"])
+    before = lrn.weights()
+    info = lrn.update(0.0)
+    assert lrn.updates == 3 and np.isfinite(info["loss"]) and np.abs(lrn.weights() - before).max() > 0
+
+
+@pytest.mark.parametrize("overrides", [["algo.burn_in=2"], ["model.core=lstm", "algo.burn_in=16"], ["algo.sequence_length=0"]])
+def test_recurrent_config_errors_name_the_key(overrides):
+    key = overrides[-1].split("=")[0]
+    with pytest.raises(ConfigError, match=key):
+        config(*overrides)

@@ -306,3 +306,72 @@ def test_next_values_reuse_successor_rows_and_equal_a_direct_pass(capacity):
     net.value = lambda obs: passed.append(len(obs)) or value(obs)
     np.testing.assert_allclose(mem._next_values(net, d, values), direct, rtol=1e-6, atol=1e-6)
     assert sum(passed) == int(d["last"].sum())  # only the windows' last rows needed a forward pass
+
+
+# --------------------------------------------------------------------------- recurrent sequences
+
+LSTM_SPEC = NetSpec(obs_shape=5, n_actions=2, trunk=(8,), core="lstm", core_size=4, policy_head=(8,), value_head=(8,))
+
+
+def recurrent_episode(n: int, first_id: int, seed: int) -> dict[str, np.ndarray]:
+    """An episode window for LSTM_SPEC whose stored states hold each step's id (h) and -id (c)."""
+    steps = episode(n, first_id, seed)
+    step_ids = np.arange(first_id, first_id + n, dtype=np.float32)
+    steps["state.h"] = np.repeat(step_ids[:, None], 4, axis=1)
+    steps["state.c"] = -steps["state.h"]
+    assert set(steps) == set(step_layout(LSTM_SPEC))
+    return steps
+
+
+def recurrent_replay(*overrides: str, sequence_length: int = 4, capacity: int = 1024) -> EpisodeReplay:
+    cfg = config("algo.batch_size=12", f"memory.capacity_per_executor={capacity}", "memory.keep_last_steps=8", *overrides)
+    return EpisodeReplay(cfg.memory, cfg.algo.off_policy, cfg.algo.batch_size, LSTM_SPEC, 1, 0, sequence_length)
+
+
+@pytest.mark.parametrize("capacity", [1024, 10])  # 10: the ring wraps and overwrites the oldest window
+def test_sequences_start_from_stored_states_and_stop_at_the_episode_end(capacity):
+    mem = recurrent_replay(capacity=capacity)
+    episodes = [(0, 3), (3, 6), (9, 2)]  # (first id, length)
+    for first, n in episodes:
+        mem.add(recurrent_episode(n, first, seed=first))
+    episode_of = {i: k for k, (first, n) in enumerate(episodes) for i in range(first, first + n)}
+    stored = set(mem.memory.data["obs"][: len(mem), 0].astype(int))
+    for _ in range(20):
+        batch = mem.batch()
+        assert batch["obs"].shape == (4, 3, 5) and batch["mask"].shape == (4, 3)  # 12 // 4 sequences of 4
+        assert batch["state.h"].shape == (3, 4) and "weight" not in batch
+        step_ids = batch["obs"][..., 0].astype(int)
+        np.testing.assert_array_equal(batch["state.h"][:, 0], step_ids[0])  # the first step's stored state
+        np.testing.assert_array_equal(batch["state.c"][:, 0], -step_ids[0])
+        for s in range(3):
+            valid = step_ids[batch["mask"][:, s], s]
+            assert batch["mask"][0, s] and set(valid) <= stored
+            np.testing.assert_array_equal(valid, np.arange(valid[0], valid[0] + len(valid)))  # consecutive steps
+            assert len({episode_of[i] for i in valid}) == 1  # of one episode
+            first, n = episodes[episode_of[valid[0]]]
+            assert len(valid) == min(4, first + n - valid[0])  # up to the episode's last step
+
+
+def test_recurrent_vtrace_reads_every_row_with_its_stored_state():
+    from mlxe.models.actor_critic import NumpyActorCritic as Net
+
+    mem = recurrent_replay("algo.off_policy=vtrace")
+    first = recurrent_episode(3, 0, seed=1)
+    first["done"][-1], first["discount"][-1] = 1.0, 0.0  # a failure: nothing to bootstrap
+    eps = [first, recurrent_episode(2, 3, seed=2)]
+    for ep in eps:
+        mem.add(ep)
+    weights = (np.random.default_rng(5).standard_normal(LSTM_SPEC.num_params()) * 0.3).astype(np.float32)
+    mem.begin_iteration(1, weights)
+    net = Net(LSTM_SPEC, weights)
+    vs, adv = [], []
+    for ep in eps:
+        state = {"h": ep["state.h"], "c": ep["state.c"]}
+        logits, values, after = net.step(ep["obs"], state)
+        next_values = net.step(ep["next_obs"], after)[1]  # V(s') from the state after each step
+        logp = log_softmax(logits)[np.arange(len(values)), ep["action"]]
+        v, a = vtrace(values, next_values, ep["reward"], ep["discount"], logp - ep["logp"], ep["last"])
+        vs.append(v)
+        adv.append(a)
+    np.testing.assert_allclose(mem.extra["vs"], np.concatenate(vs), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mem.extra["pg_adv"], np.concatenate(adv), rtol=1e-4, atol=1e-5)
