@@ -1,9 +1,13 @@
-"""How an Executor turns a policy's logits into an action.
+"""How an Executor turns a policy's output into an action.
 
-Each exploration policy is a small class: ``select(probs [A], rng) -> action index`` where
-``probs`` = softmax(logits) (computed once per step by the actor, which also needs it for the
-behaviour log-probability), with a ``state_dict`` so that schedules carry across episodes and
-checkpoints.
+Discrete actions: each exploration policy is a small class: ``select(probs [A], rng) -> action
+index`` where ``probs`` = softmax(logits) (computed once per step by the actor, which also needs it
+for the behaviour log-probability), with a ``state_dict`` so that schedules carry across episodes
+and checkpoints.
+
+Box actions (DDPG, TD3): noise added to the normalized action in [-1, 1]^A, named as MARO's
+exploration classes: Gaussian, uniform, and RELAAX's Ornstein-Uhlenbeck process, whose value
+per environment is carried as the policy's state (so it restarts at every episode).
 """
 
 from __future__ import annotations
@@ -113,3 +117,50 @@ def make_exploration(name: str, epsilon: float = 0.1, decay: float = 0.995):
     except KeyError:
         raise ValueError(f"unknown exploration policy {name!r}; expected one of {', '.join(EXPLORATION)}") from None
     return cls(epsilon, decay) if issubclass(cls, _DecayingEpsilon) else cls()
+
+
+class GaussianNoise:
+    """N(0, sigma^2) per action dimension, independent across steps."""
+
+    correlated = False
+
+    def __init__(self, sigma: float) -> None:
+        self.sigma = sigma
+
+    def sample(self, previous: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Noise [E, A] (``previous``: the last noise, for its shape)."""
+        return rng.normal(0.0, self.sigma, previous.shape).astype(np.float32)
+
+
+class UniformNoise(GaussianNoise):
+    """U(-sigma, sigma) per action dimension, independent across steps."""
+
+    def sample(self, previous: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return rng.uniform(-self.sigma, self.sigma, previous.shape).astype(np.float32)
+
+
+class OrnsteinUhlenbeckNoise:
+    """The discretized OU process x' = x + theta (mu - x) + sigma N(0, 1) (dt = 1), from x = 0 at an
+    episode's start: temporally correlated, its stationary std sigma / sqrt(theta (2 - theta))."""
+
+    correlated = True
+
+    def __init__(self, sigma: float, theta: float = 0.15, mu: float = 0.0) -> None:
+        self.sigma, self.theta, self.mu = sigma, theta, mu
+
+    def sample(self, previous: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The next value [E, A] after ``previous`` [E, A]."""
+        step = self.theta * (self.mu - previous) + self.sigma * rng.standard_normal(previous.shape)
+        return (previous + step).astype(np.float32)
+
+
+ACTION_NOISE = {"gaussian": GaussianNoise, "uniform": UniformNoise, "ou": OrnsteinUhlenbeckNoise}
+
+
+def make_action_noise(cfg):
+    """The noise of an ``algo.noise`` section (``name``: gaussian | uniform | ou | none; None for none)."""
+    if cfg.name == "none":
+        return None
+    if cfg.name == "ou":
+        return OrnsteinUhlenbeckNoise(cfg.sigma, cfg.theta, cfg.mu)
+    return ACTION_NOISE[cfg.name](cfg.sigma)

@@ -15,6 +15,9 @@ ALGORITHMS = {
     "a2c": "mlxe.algos.a2c",
     "pg": "mlxe.algos.pg",
     "dqn": "mlxe.algos.dqn",
+    "ddpg": "mlxe.algos.ddpg",
+    "td3": "mlxe.algos.td3",
+    "sac": "mlxe.algos.sac",
 }
 
 

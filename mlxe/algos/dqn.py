@@ -31,11 +31,9 @@ import numpy as np
 
 from mlxe.algos.a2c import sample_categorical
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.returns import nstep_window
 from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
-from mlxe.memory.proportional import ProportionalPriorities
-from mlxe.memory.replay import ReplayMemory
+from mlxe.memory.transitions import TransitionReplay
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
 
 
@@ -153,50 +151,6 @@ class QPolicy:
         self.steps = int(state["steps"])
 
 
-# --------------------------------------------------------------------------- targets
-
-WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
-
-
-def replay_layout(spec: NetSpec) -> dict[str, tuple[tuple[int, ...], type]]:
-    """One stored transition: s_t, a_t, the n-step return G, s_{t+m} and its bootstrap discount
-    (observations as the Executors store them: images as bytes)."""
-    obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
-    return {
-        "obs": obs,
-        "action": ((), np.int64),
-        "ret": ((), np.float32),
-        "next_obs": obs,
-        "discount": ((), np.float32),
-    }
-
-
-def nstep_transitions(
-    window: dict[str, np.ndarray], emitted: np.ndarray, n: int, gamma: float
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The transitions [K] of the window's starts whose n-step return is complete and not ``emitted``
-    yet (in (t, env) order), and the complete mask [L, E]."""
-    ret, last, discount, complete = nstep_window(window["reward"], window["terminated"], window["truncated"], n, gamma)
-    t, e = np.nonzero(complete & ~emitted)
-    transitions = {
-        "obs": window["obs"][t, e],
-        "action": window["action"][t, e],
-        "ret": ret[t, e],
-        "next_obs": window["next_obs"][last[t, e], e],
-        "discount": discount[t, e],
-    }
-    return transitions, complete
-
-
-def flush(tail: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.ndarray]:
-    """The transitions of a tail's waiting starts, cut at its last step as if the episodes were
-    truncated there: m-step returns, m < n, bootstrapped from the last step's next observation."""
-    cut = dict(tail, truncated=tail["truncated"].copy())
-    cut["truncated"][-1] = True
-    transitions, _ = nstep_transitions(cut, tail["emitted"], n, gamma)
-    return transitions
-
-
 # --------------------------------------------------------------------------- learner
 
 
@@ -228,44 +182,17 @@ class DQN(Algorithm):
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True)
-        self.replay = ReplayMemory(self.algo.buffer_size, replay_layout(spec))
-        self.priorities = (
-            ProportionalPriorities(self.algo.buffer_size, self.algo.priority_alpha) if self.algo.prioritized else None
+        a = self.algo
+        self.replay = TransitionReplay(
+            spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step,
+            a.priority_alpha if a.prioritized else None,
         )
         self.rng = np.random.default_rng(seed)
-        self.tails: dict[int, dict[str, np.ndarray]] = {}  # per Executor: steps whose n-step return waits
-        self.env_steps = 0  # observed
-        self.owed = 0.0  # gradient steps due (fractional) by the update-to-data ratio
 
     # -- targets ------------------------------------------------------------------------------------
     def observe(self, segment: Segment) -> None:
         """n-step transitions of the segment (continuing the Executor's previous one) into the replay."""
-        s = segment.steps
-        window = {k: s[k] for k in WINDOW[:-1]}
-        window["next_obs"] = segment.next_observations()
-        emitted = np.zeros(s["reward"].shape, bool)
-        tail = self.tails.pop(segment.executor, None)
-        if tail is not None and segment.restarted:  # its episodes were cut where the Executor stopped
-            self.insert(flush(tail, self.algo.n_step, self.algo.gamma))
-            tail = None
-        if tail is not None:
-            window = {k: np.concatenate([tail[k], window[k]]) for k in WINDOW}
-            emitted = np.concatenate([tail["emitted"], emitted])
-        transitions, complete = nstep_transitions(window, emitted, self.algo.n_step, self.algo.gamma)
-        self.insert(transitions)
-        waiting = np.flatnonzero((~complete).any(axis=1))
-        if len(waiting):  # from the first step still waiting on, with what was emitted of it
-            first = waiting[0]
-            self.tails[segment.executor] = {k: window[k][first:] for k in WINDOW} | {"emitted": complete[first:]}
-        before, self.env_steps = self.env_steps, self.env_steps + len(segment)
-        learning = self.env_steps - max(before, self.algo.learning_starts)  # of these steps, after learning_starts
-        self.owed += max(0, learning) * self.algo.updates_per_step
-
-    def insert(self, transitions: dict[str, np.ndarray]) -> None:
-        if len(transitions["action"]):
-            rows = self.replay.add(transitions)
-            if self.priorities is not None:
-                self.priorities.on_add(rows)
+        self.replay.observe(segment)
 
     # -- loss -------------------------------------------------------------------------------------
     def q_values(self, model, obs):
@@ -302,10 +229,9 @@ class DQN(Algorithm):
         """The gradient steps owed by the env steps observed since the last update."""
         import torch
 
-        steps = int(self.owed)
-        if steps == 0 or len(self.replay) == 0:  # nothing owed, or no complete n-step transition yet
+        steps = self.replay.due()
+        if steps == 0:  # nothing owed, or no complete n-step transition yet
             return {}
-        self.owed -= steps
         stats = []
         beta = self.algo.priority_beta + progress * (1.0 - self.algo.priority_beta)
         max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
@@ -317,28 +243,22 @@ class DQN(Algorithm):
             grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
             self.optimizer.step()
             self.updates += 1
-            if self.priorities is not None:
-                self.priorities.update(rows, td.cpu().numpy())
+            if self.replay.priorities is not None:
+                self.replay.update_priorities(rows, td.cpu().numpy())
             if self.updates % self.algo.target_period == 0:
                 self.update_target()
             stats.append(torch.stack([loss.detach(), q, grad_norm]))
         loss, q, grad_norm = torch.stack(stats).mean(0).tolist()  # one device read for the whole call
         return {
             "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr,
-            "epsilon": epsilon(self.algo, self.env_steps), "replay": len(self.replay),
+            "epsilon": epsilon(self.algo, self.replay.env_steps), "replay": len(self.replay),
         }
 
     def sample(self, beta: float) -> tuple[dict, np.ndarray]:
         """A training batch on the device (with ``weight`` under prioritized replay), and its rows."""
         import torch
 
-        if self.priorities is not None:
-            rows, weight = self.priorities.sample(self.algo.batch_size, len(self.replay), beta, self.rng)
-        else:
-            rows, weight = self.rng.integers(len(self.replay), size=self.algo.batch_size), None
-        batch = self.replay.gather(rows)
-        if weight is not None:
-            batch["weight"] = weight
+        batch, rows = self.replay.sample(self.algo.batch_size, self.rng, beta)
         return {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, rows
 
     def update_target(self) -> None:
@@ -358,11 +278,7 @@ class DQN(Algorithm):
             "target": to_cpu(self.target.state_dict()),
             "optimizer": to_cpu(self.optimizer.state_dict()),
             "replay": self.replay.state_dict(),
-            "priorities": self.priorities.state_dict() if self.priorities is not None else {},
-            "tails": {str(i): tail for i, tail in self.tails.items()},
             "updates": self.updates,
-            "env_steps": self.env_steps,
-            "owed": self.owed,
             "rng": self.rng.bit_generator.state,
         }
 
@@ -371,13 +287,7 @@ class DQN(Algorithm):
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
-        if self.priorities is not None and state["priorities"]:
-            self.priorities.load_state_dict(state["priorities"])
-        elif self.priorities is not None:  # prioritized from this resume on: every stored row at the top
-            self.priorities.on_add(np.arange(len(self.replay)))
-        self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
-        self.updates, self.env_steps = int(state["updates"]), int(state["env_steps"])
-        self.owed = float(state["owed"])
+        self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
 
 

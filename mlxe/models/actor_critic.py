@@ -325,14 +325,14 @@ def share_flat(model):
     return flat
 
 
-_NP_ACT = {
+NUMPY_ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0.0, out=x),
     "tanh": lambda x: np.tanh(x, out=x),
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
 }
 
 
-class _Dense:
+class Dense:
     """A plain layer of the mirror: ``x @ w + b`` over views of the flat vector."""
 
     def __init__(self, flat: np.ndarray, offset: int, i: int, o: int) -> None:
@@ -390,7 +390,7 @@ class NumpyActorCritic:
         self.spec = spec
         self._scale_obs = spec.obs_dtype == "uint8"
         self.flat = flat
-        self._act = _NP_ACT[spec.activation]
+        self._act = NUMPY_ACTIVATIONS[spec.activation]
         groups, offset, self._core = [], 0, None
         for g, shapes in enumerate(spec.layer_shapes()):
             if g == 1 and spec.recurrent:  # the core's parameters come between the trunk and the heads
@@ -399,7 +399,7 @@ class NumpyActorCritic:
             layers = []
             for i, o in shapes:
                 noisy = spec.noisy_policy and g == 1
-                layer = NumpyNoisyLinear(flat, offset, i, o) if noisy else _Dense(flat, offset, i, o)
+                layer = NumpyNoisyLinear(flat, offset, i, o) if noisy else Dense(flat, offset, i, o)
                 offset = layer.end
                 layers.append(layer)
             groups.append(layers)

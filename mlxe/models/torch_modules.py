@@ -21,8 +21,9 @@ from torch import nn
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import MIN_STD, NetSpec
 from mlxe.models.cores import RecurrentCore
-from mlxe.models.encoders import ACTIVATIONS, make_encoder
+from mlxe.models.encoders import ACTIVATIONS, as_float, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
+from mlxe.models.off_policy import actor_shapes, critic_shapes
 
 
 class NoisyLinear(nn.Module):
@@ -154,6 +155,33 @@ class ActorCritic(nn.Module):
         if self.spec.std == "softplus":
             return mean, F.softplus(out[..., n:]) + MIN_STD
         return mean, self.log_std.weight.exp().expand_as(mean)
+
+
+class Actor(nn.Module):
+    """The off-policy actor (:mod:`mlxe.models.off_policy`): ``obs [B, obs_dim] -> u [B, outputs]``."""
+
+    def __init__(self, spec: NetSpec, outputs: int) -> None:
+        super().__init__()
+        self.net = mlp(actor_shapes(spec, outputs), spec.activation, last_linear=True)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(as_float(obs))
+
+
+class QCritics(nn.Module):
+    """``n`` independent Q networks: ``(obs [B, obs_dim], normalized action [B, A]) -> Q [n, B]``."""
+
+    def __init__(self, spec: NetSpec, n: int) -> None:
+        super().__init__()
+        self.q = nn.ModuleList(mlp(critic_shapes(spec), spec.activation, last_linear=True) for _ in range(n))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([as_float(obs), action], dim=-1)
+        return torch.stack([q(x).squeeze(-1) for q in self.q])
+
+    def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q_1 [B] alone (DDPG's and TD3's actor and DDPG's target read only it)."""
+        return self.q[0](torch.cat([as_float(obs), action], dim=-1)).squeeze(-1)
 
 
 def load_custom(spec: NetSpec) -> nn.Module:

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.dqn import DQN, QPolicy, dueling_numpy, epsilon, nstep_transitions
+from mlxe.algos.dqn import DQN, QPolicy, dueling_numpy, epsilon
 from mlxe.algos.returns import nstep_window
 from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
 from mlxe.memory.proportional import ProportionalPriorities
+from mlxe.memory.transitions import nstep_transitions
 from mlxe.models.actor_critic import NetSpec
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
@@ -79,7 +80,7 @@ def test_transitions_carry_over_segments_as_if_they_were_one():
     b.observe(second)
 
     def rows(learner):
-        data = {k: v[: len(learner.replay)] for k, v in learner.replay.data.items()}
+        data = {k: v[: len(learner.replay)] for k, v in learner.replay.memory.data.items()}
         order = np.lexsort((data["obs"][:, 1], data["obs"][:, 0]))
         return {k: v[order] for k, v in data.items()}
 
@@ -262,9 +263,9 @@ def test_prioritized_updates_set_each_trained_row_to_its_td_error():
     learner = DQN(cfg("algo.prioritized=true", "algo.learning_starts=0", "algo.updates_per_step=0.125",
                       "algo.batch_size=8", "algo.priority_alpha=1.0", "algo.n_step=1"), SPEC, 0)
     learner.observe(segment(16))
-    assert (learner.priorities.scaled[:16] == 1.0).all()
+    assert (learner.replay.priorities.scaled[:16] == 1.0).all()
     learner.update(0.5)
-    assert learner.updates == 2 and not (learner.priorities.scaled[:16] == 1.0).all()
+    assert learner.updates == 2 and not (learner.replay.priorities.scaled[:16] == 1.0).all()
 
 
 def test_state_dict_resumes_the_same_run():
@@ -275,7 +276,7 @@ def test_state_dict_resumes_the_same_run():
     a.update(0.1)
     b = DQN(cfg(*overrides), SPEC, 1)
     b.load_state_dict(copy.deepcopy(a.state_dict()))
-    assert b.tails.keys() == a.tails.keys() and len(b.replay) == len(a.replay)
+    assert b.replay.tails.keys() == a.replay.tails.keys() and len(b.replay) == len(a.replay)
     for learner in (a, b):
         learner.observe(segment(6, E=2, start=10.0))
         learner.update(0.2)
@@ -297,11 +298,11 @@ def test_a_restarted_executor_cuts_the_waiting_starts_instead_of_joining_episode
     on the old segment become returns truncated at its end, never joined onto the new episodes."""
     learner = DQN(cfg("algo.n_step=3", "algo.gamma=0.5"), SPEC, 0)
     learner.observe(segment(4))
-    assert len(learner.replay) == 2 and 0 in learner.tails  # steps 2 and 3 wait for their third step
+    assert len(learner.replay) == 2 and 0 in learner.replay.tails  # steps 2 and 3 wait for their third step
     fresh = segment(4, start=100.0)
     fresh.restarted = True
     learner.observe(fresh)
-    rows = {k: v[: len(learner.replay)] for k, v in learner.replay.data.items()}
+    rows = {k: v[: len(learner.replay)] for k, v in learner.replay.memory.data.items()}
     cut = {float(o[0]): i for i, o in enumerate(rows["obs"])}
     # step 2: r2 + 0.5 r3, bootstrapped from the old segment's next observation (4.0) with 0.5^2
     assert rows["ret"][cut[2.0]] == pytest.approx(1.5) and rows["discount"][cut[2.0]] == pytest.approx(0.25)
@@ -322,6 +323,6 @@ def test_prioritized_replay_switched_on_at_a_resume_starts_every_row_at_the_top(
     a.observe(segment(16))
     b = DQN(cfg("algo.learning_starts=0", "algo.batch_size=8", "algo.prioritized=true"), SPEC, 0)
     b.load_state_dict(copy.deepcopy(a.state_dict()))
-    assert len(b.replay) == 14 and (b.priorities.scaled[:14] == 1.0).all()  # 3-step: the last 2 starts wait
+    assert len(b.replay) == 14 and (b.replay.priorities.scaled[:14] == 1.0).all()  # 3-step: the last 2 starts wait
     b.observe(segment(4, start=16.0))
     assert np.isfinite(b.update(0.5)["loss"])

@@ -69,8 +69,8 @@ def test_replays_store_images_as_bytes(tmp_path):
     segment, _, _ = executor(cfg).rollout()
     dqn = DQN(cfg, spec, 0)
     dqn.observe(segment)
-    assert dqn.replay.data["obs"].dtype == np.uint8 and dqn.replay.data["next_obs"].dtype == np.uint8
-    assert len(dqn.replay) > 0 and dqn.replay.data["obs"][: len(dqn.replay)].max() == 255
+    assert dqn.replay.memory.data["obs"].dtype == np.uint8 and dqn.replay.memory.data["next_obs"].dtype == np.uint8
+    assert len(dqn.replay) > 0 and dqn.replay.memory.data["obs"][: len(dqn.replay)].max() == 255
     assert dqn.update(0.0)["loss"] >= 0.0  # the Learner reads the bytes (scaled in the network)
     window = EpisodeWindow(8, spec)
     assert window.data["obs"].dtype == np.uint8 and window.data["obs"].shape == (8, 1, 10, 5)

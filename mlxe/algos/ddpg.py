@@ -1,0 +1,360 @@
+"""DDPG (Lillicrap et al., 2016) as RELAAX distributes it; the base of TD3 and SAC.
+
+Reads top to bottom: hyper-parameters -> acting -> targets -> losses -> update.
+
+* Acting (Executors, NumPy, the actor's weights only): a = clip(tanh(mu(s)) + noise, -1, 1) in the
+  normalized action space, the environment receiving center + scale * a. Noise (``algo.noise``):
+  RELAAX's Ornstein-Uhlenbeck process (restarted with every episode), Gaussian or uniform. For the
+  run's first ``learning_starts`` env steps actions are uniform over the Box, as Stable-Baselines3 does.
+* Targets: every Executor's n-step transitions go into one replay (Ape-X's layout,
+  :mod:`mlxe.memory.transitions`); y = G + discount * Q'(s', mu'(s')) with the target networks.
+* Losses: critic: mean (Q(s, a) - y)^2 + l2_decay * sum(W^2) / 2 over the critic's weight matrices
+  (RELAAX's ``l2``); actor: -mean Q(s, mu(s)).
+* Update: ``updates_per_step`` gradient steps per env step observed after ``learning_starts``,
+  whatever the number of Executors (the update-to-data ratio). Each is a critic step (Adam,
+  ``critic_lr``); every ``policy_delay`` of them an actor step (Adam, ``actor_lr``) and the soft
+  target updates theta' <- tau theta + (1 - tau) theta'.
+
+TD3 (:mod:`mlxe.algos.td3`) and SAC (:mod:`mlxe.algos.sac`) subclass it and change what they change:
+the number of critics, the target, the actor's loss and how it acts.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from mlxe.algos.device import resolve_device, to_cpu
+from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.exploration import make_action_noise
+from mlxe.memory.transitions import TransitionReplay
+from mlxe.models.actor_critic import NetSpec, flat_weights
+from mlxe.models.off_policy import NumpyActor, actor_params, check_spec
+
+
+@dataclass
+class NoiseConfig:
+    """Exploration noise on the normalized action (DDPG, TD3)."""
+
+    name: Literal["ou", "gaussian", "uniform", "none"] = "ou"
+    sigma: float = 0.2  # std (ou, gaussian) or half-width (uniform), in units of the action's half-range
+    theta: float = 0.15  # ou: mean reversion per step
+    mu: float = 0.0  # ou: the mean it reverts to
+
+
+@dataclass
+class OffPolicyConfig(AlgoConfig):
+    """What DDPG, TD3 and SAC share: the replay, the update-to-data ratio, the soft targets."""
+
+    lr: float = 1e-3  # every optimizer's, unless actor_lr / critic_lr say otherwise
+    actor_lr: float | None = None
+    critic_lr: float | None = None
+    batch_size: int = 256
+    buffer_size: int = 1_000_000  # replay rows (transitions) for the whole run
+    learning_starts: int = 100  # run-wide env steps of uniform actions before the first update
+    updates_per_step: float = 1.0  # gradient steps per env step observed (the update-to-data ratio)
+    n_step: int = 1
+    tau: float = 0.005  # soft target update rate
+    policy_delay: int = 1  # critic steps per actor step and target update
+    l2_decay: float = 0.0  # the critics' weight decay
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        if self.l2_decay < 0:
+            raise ConfigError(f"algo.l2_decay: {self.l2_decay!r} is not allowed; expected a value >= 0")
+        for key in ("actor_lr", "critic_lr", "batch_size", "buffer_size", "updates_per_step", "n_step", "policy_delay"):
+            check_positive(f"algo.{key}", getattr(self, key))
+        if self.learning_starts < 0:
+            raise ConfigError(f"algo.learning_starts: {self.learning_starts!r} is not allowed; expected >= 0")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"algo.tau: {self.tau!r} is not allowed; expected a value in (0, 1]")
+        if self.buffer_size < self.batch_size:
+            raise ConfigError(
+                f"algo.buffer_size: {self.buffer_size!r} is not allowed; the replay must hold a batch "
+                f"(algo.batch_size {self.batch_size})"
+            )
+        if cfg.filters.obs:
+            raise ConfigError(
+                f"filters.obs: not supported with algo.name {self.name!r} (its replay would mix observations "
+                "normalized by statistics that keep moving)"
+            )
+        if cfg.model.core != "none" or cfg.model.noisy_policy:
+            key = "model.core" if cfg.model.core != "none" else "model.noisy_policy"
+            raise ConfigError(f"{key}: not supported with algo.name {self.name!r} (an MLP actor and critics)")
+
+    def rate(self, which: str) -> float:
+        """The learning rate of the ``which`` ("actor" or "critic") optimizer."""
+        value = getattr(self, f"{which}_lr")
+        return self.lr if value is None else value
+
+
+@dataclass
+class Config(OffPolicyConfig):
+    """``algo:`` of DDPG; the defaults are RELAAX's (its ``app.yaml`` keys map as the README says)."""
+
+    name: str = "ddpg"
+    actor_lr: float | None = 1e-4
+    critic_lr: float | None = 1e-3
+    batch_size: int = 64
+    buffer_size: int = 10_000
+    learning_starts: int = 1_000
+    tau: float = 0.001
+    l2_decay: float = 0.01
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        if self.noise.sigma < 0 or not 0.0 <= self.noise.theta <= 1.0:
+            key, value = ("sigma", self.noise.sigma) if self.noise.sigma < 0 else ("theta", self.noise.theta)
+            raise ConfigError(f"algo.noise.{key}: {value!r} is not allowed; expected sigma >= 0, theta in [0, 1]")
+
+
+# --------------------------------------------------------------------------- acting
+
+
+class ActorPolicy:
+    """Acts with the actor's weights in NumPy: uniform actions for the run's first
+    ``learning_starts`` env steps, then :meth:`explore` (greedy: tanh of the actor's output).
+    Actions go to the environment as center + scale * a for a normalized a in [-1, 1]^A."""
+
+    def __init__(self, cfg, spec: NetSpec, seed: int, outputs: int, executors: int = 1) -> None:
+        check_spec(spec, cfg.algo.name)
+        self.algo, self.executors = cfg.algo, executors
+        self.weights = np.zeros(actor_params(spec, outputs), np.float32)
+        self.actor = NumpyActor(spec, outputs, self.weights)
+        self.center, self.scale = spec.action_center_scale()
+        self.n_actions = spec.n_actions
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0  # this Executor's env steps (all of its environments)
+
+    def initial_state(self, n_envs: int) -> State:
+        return None
+
+    def load(self, weights: np.ndarray) -> None:
+        np.copyto(self.weights, weights)
+
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+        """``obs`` [E, d] -> (actions [E, A] float32 in the Box, {}, the next state)."""
+        u = self.actor(obs)
+        if greedy:
+            return self.to_env(np.tanh(u[:, : self.n_actions])), {}, state
+        warmup = self.steps * self.executors < self.algo.learning_starts
+        self.steps += len(obs)
+        if warmup:
+            return self.to_env(self.rng.uniform(-1.0, 1.0, (len(obs), self.n_actions))), {}, state
+        action, state = self.explore(u, state)
+        return self.to_env(action), {}, state
+
+    def explore(self, u: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        """The normalized exploring action [E, A] from the actor's output ``u``, and the next state."""
+        raise NotImplementedError
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        return (self.center + self.scale * action).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.steps = int(state["steps"])
+
+
+class NoisyDeterministicPolicy(ActorPolicy):
+    """a = clip(tanh(mu(s)) + noise, -1, 1); an OU process's value per environment is the state."""
+
+    def __init__(self, cfg, spec: NetSpec, seed: int, executors: int = 1) -> None:
+        super().__init__(cfg, spec, seed, spec.n_actions, executors)
+        self.noise = make_action_noise(cfg.algo.noise)
+
+    def initial_state(self, n_envs: int) -> State:
+        if self.noise is None or not self.noise.correlated:
+            return None
+        return {"noise": np.zeros((n_envs, self.n_actions), np.float32)}
+
+    def explore(self, u: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        action = np.tanh(u)
+        if self.noise is None:
+            return action, state
+        previous = state["noise"] if state is not None else action
+        noise = self.noise.sample(previous, self.rng)
+        return np.clip(action + noise, -1.0, 1.0), ({"noise": noise} if state is not None else None)
+
+
+# --------------------------------------------------------------------------- learner
+
+
+class DDPG(Algorithm):
+    """Actor, critics and their target copies over one replay fed by every Executor."""
+
+    Config = Config
+    critics: ClassVar[int] = 1  # Q networks (TD3 and SAC: two)
+
+    @classmethod
+    def actor_outputs(cls, spec: NetSpec) -> int:
+        """Width of the actor's output: A (a deterministic action before the tanh)."""
+        return spec.n_actions
+
+    @classmethod
+    def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
+        return {}
+
+    @classmethod
+    def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1):
+        return NoisyDeterministicPolicy(cfg, spec, seed, executors)
+
+    @classmethod
+    def weights_size(cls, cfg, spec: NetSpec) -> int:
+        return actor_params(spec, cls.actor_outputs(spec))
+
+    def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
+        import torch
+
+        from mlxe.models.torch_modules import Actor, QCritics
+
+        super().__init__(cfg, spec, seed)
+        check_spec(spec, cfg.algo.name)
+        torch.manual_seed(seed)
+        a = self.algo = cfg.algo
+        self.device = resolve_device(cfg.device)
+        self.actor = Actor(spec, self.actor_outputs(spec)).to(self.device)
+        self.critic = QCritics(spec, self.critics).to(self.device)
+        self.actor_target = self.target_copy(self.actor)
+        self.critic_target = self.target_copy(self.critic)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"))
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"))
+        self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
+        self.rng = np.random.default_rng(seed)
+        center, scale = spec.action_center_scale()
+        self.center = torch.as_tensor(center, device=self.device)
+        self.scale = torch.as_tensor(scale, device=self.device)
+
+    @staticmethod
+    def target_copy(model):
+        return copy.deepcopy(model).requires_grad_(False)
+
+    # -- targets ------------------------------------------------------------------------------------
+    def observe(self, segment: Segment) -> None:
+        """n-step transitions of the segment (continuing the Executor's previous one) into the replay."""
+        self.replay.observe(segment)
+
+    def target(self, batch: dict):
+        """y [B] = G + discount * Q'(s', mu'(s')) (no gradient)."""
+        next_action = self.actor_target(batch["next_obs"]).tanh()
+        return batch["ret"] + batch["discount"] * self.critic_target.first(batch["next_obs"], next_action)
+
+    # -- losses -------------------------------------------------------------------------------------
+    def critic_loss(self, batch: dict):
+        """(sum over critics of mean (Q_i(s, a) - y)^2 + the L2 term, mean Q(s, a))."""
+        import torch
+
+        with torch.no_grad():
+            y = self.target(batch)
+        q = self.critic(batch["obs"], batch["action"])  # [critics, B]
+        loss = (q - y).pow(2).mean(dim=1).sum()
+        if self.algo.l2_decay:
+            weights = [p for name, p in self.critic.named_parameters() if name.endswith("weight")]
+            loss = loss + self.algo.l2_decay * 0.5 * sum(w.pow(2).sum() for w in weights)
+        return loss, q.detach().mean()
+
+    def actor_loss(self, batch: dict) -> tuple:
+        """(-mean Q_1(s, mu(s)), {}): the deterministic policy gradient through the first critic."""
+        action = self.actor(batch["obs"]).tanh()
+        return -self.critic.first(batch["obs"], action).mean(), {}
+
+    # -- update -------------------------------------------------------------------------------------
+    def update(self, progress: float) -> dict[str, float]:
+        """The gradient steps owed by the env steps observed since the last update."""
+        import torch
+
+        steps = self.replay.due()
+        if steps == 0:
+            return {}
+        critic_stats, actor_stats = [], []
+        for _ in range(steps):
+            batch = self.sample()
+            loss, q = self.critic_loss(batch)
+            self.step(self.critic_optimizer, self.critic, loss)
+            critic_stats.append(torch.stack([loss.detach(), q]))
+            self.updates += 1
+            if self.updates % self.algo.policy_delay == 0:
+                self.critic.requires_grad_(False)  # the actor's gradient flows through the critics, not into them
+                loss, extra = self.actor_loss(batch)
+                self.step(self.actor_optimizer, self.actor, loss)
+                self.critic.requires_grad_(True)
+                actor_stats.append(torch.stack([loss.detach(), *extra.values()]))
+                self.soft_update()
+        info = dict(zip(("critic_loss", "q"), torch.stack(critic_stats).mean(0).tolist()))
+        if actor_stats:  # one device read for the whole call
+            names = ("actor_loss", *self.actor_stat_names())
+            info |= dict(zip(names, torch.stack(actor_stats).mean(0).tolist()))
+        return info | {"lr": self.algo.rate("critic"), "replay": len(self.replay)}
+
+    def actor_stat_names(self) -> tuple[str, ...]:
+        """Names of the extra values :meth:`actor_loss` returns (SAC: the temperature and entropy)."""
+        return ()
+
+    def step(self, optimizer, model, loss) -> None:
+        """One gradient step of ``model`` on ``loss``, clipped to ``max_grad_norm`` if set."""
+        import torch
+
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.algo.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.algo.max_grad_norm)
+        optimizer.step()
+
+    def sample(self) -> dict:
+        """A training batch on the device; actions normalized to [-1, 1]^A."""
+        import torch
+
+        batch, _ = self.replay.sample(self.algo.batch_size, self.rng)
+        batch = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        batch["action"] = (batch["action"] - self.center) / self.scale
+        return batch
+
+    def soft_update(self) -> None:
+        """theta' <- tau theta + (1 - tau) theta' for every target network."""
+        import torch
+
+        with torch.no_grad():
+            for target, online in self.targets():
+                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.algo.tau)
+
+    def targets(self) -> list[tuple]:
+        """(target, online) pairs the soft update moves."""
+        return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+    def weights(self) -> np.ndarray:
+        """The actor as the flat float32 vector the Executors act with (the critics stay here)."""
+        return flat_weights(self.actor)
+
+    def modules(self) -> dict:
+        """What a checkpoint holds besides the replay and counters: networks and optimizers by name."""
+        return {
+            "main": self.actor, "critic": self.critic, "actor_target": self.actor_target,
+            "critic_target": self.critic_target, "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+        }
+
+    def state_dict(self) -> dict:
+        return {k: to_cpu(m.state_dict()) for k, m in self.modules().items()} | {
+            "replay": self.replay.state_dict(),
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, m in self.modules().items():
+            m.load_state_dict(state[k])
+        self.replay.load_state_dict(state["replay"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+Algorithm = DDPG

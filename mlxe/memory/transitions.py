@@ -1,0 +1,154 @@
+"""Segments to n-step transitions in one replay, and the gradient steps they make due.
+
+The off-policy algorithms (DQN, DDPG, TD3, SAC) learn from single transitions drawn from a replay
+that every Executor feeds (Ape-X's layout: many actors, one replay, one learner). Each Executor's
+segments continue one another, so an n-step return that runs past a segment's end waits for the
+next one (its *tail*); a restarted Executor's waiting starts are cut there as if truncated.
+
+The update-to-data ratio is the run's, not an Executor's: every env step observed after
+``learning_starts`` makes ``updates_per_step`` gradient steps due, whatever the number of Executors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.algos.returns import nstep_window
+from mlxe.core import Segment
+from mlxe.memory.proportional import ProportionalPriorities
+from mlxe.memory.replay import ReplayMemory
+
+WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
+
+
+def transition_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
+    """One stored transition: s_t, a_t (an int64 index or a float32 vector [A]), the n-step return
+    G, s_{t+m} and its bootstrap discount (observations as the Executors store them: images as bytes).
+    ``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`."""
+    obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
+    action = ((spec.n_actions,), np.float32) if spec.continuous else ((), np.int64)
+    return {
+        "obs": obs,
+        "action": action,
+        "ret": ((), np.float32),
+        "next_obs": obs,
+        "discount": ((), np.float32),
+    }
+
+
+def nstep_transitions(
+    window: dict[str, np.ndarray], emitted: np.ndarray, n: int, gamma: float
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The transitions [K] of the window's starts whose n-step return is complete and not ``emitted``
+    yet (in (t, env) order), and the complete mask [L, E]."""
+    ret, last, discount, complete = nstep_window(window["reward"], window["terminated"], window["truncated"], n, gamma)
+    t, e = np.nonzero(complete & ~emitted)
+    transitions = {
+        "obs": window["obs"][t, e],
+        "action": window["action"][t, e],
+        "ret": ret[t, e],
+        "next_obs": window["next_obs"][last[t, e], e],
+        "discount": discount[t, e],
+    }
+    return transitions, complete
+
+
+def flush(tail: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.ndarray]:
+    """The transitions of a tail's waiting starts, cut at its last step as if the episodes were
+    truncated there: m-step returns, m < n, bootstrapped from the last step's next observation."""
+    cut = dict(tail, truncated=tail["truncated"].copy())
+    cut["truncated"][-1] = True
+    transitions, _ = nstep_transitions(cut, tail["emitted"], n, gamma)
+    return transitions
+
+
+class TransitionReplay:
+    """n-step transitions of every Executor's segments in one ring buffer of ``capacity`` rows,
+    sampled uniformly or by proportional priority (``priority_alpha``), and the gradient steps owed.
+
+    ``n_step``, ``gamma``: the returns; ``learning_starts``: env steps observed before any gradient
+    step is due; ``updates_per_step``: gradient steps per env step after that (may be fractional).
+    """
+
+    def __init__(
+        self, spec, capacity: int, n_step: int, gamma: float, learning_starts: int, updates_per_step: float,
+        priority_alpha: float | None = None,
+    ) -> None:
+        self.memory = ReplayMemory(capacity, transition_layout(spec))
+        self.priorities = ProportionalPriorities(capacity, priority_alpha) if priority_alpha is not None else None
+        self.n_step, self.gamma = n_step, gamma
+        self.learning_starts, self.updates_per_step = learning_starts, updates_per_step
+        self.tails: dict[int, dict[str, np.ndarray]] = {}  # per Executor: steps whose n-step return waits
+        self.env_steps = 0  # observed
+        self.owed = 0.0  # gradient steps due (fractional)
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def observe(self, segment: Segment) -> None:
+        """The segment's complete n-step transitions (continuing the Executor's previous segment) into
+        the replay; its env steps make gradient steps due."""
+        s = segment.steps
+        window = {k: s[k] for k in WINDOW[:-1]}
+        window["next_obs"] = segment.next_observations()
+        emitted = np.zeros(s["reward"].shape, bool)
+        tail = self.tails.pop(segment.executor, None)
+        if tail is not None and segment.restarted:  # its episodes were cut where the Executor stopped
+            self.insert(flush(tail, self.n_step, self.gamma))
+            tail = None
+        if tail is not None:
+            window = {k: np.concatenate([tail[k], window[k]]) for k in WINDOW}
+            emitted = np.concatenate([tail["emitted"], emitted])
+        transitions, complete = nstep_transitions(window, emitted, self.n_step, self.gamma)
+        self.insert(transitions)
+        waiting = np.flatnonzero((~complete).any(axis=1))
+        if len(waiting):  # from the first step still waiting on, with what was emitted of it
+            first = waiting[0]
+            self.tails[segment.executor] = {k: window[k][first:] for k in WINDOW} | {"emitted": complete[first:]}
+        before, self.env_steps = self.env_steps, self.env_steps + len(segment)
+        learning = self.env_steps - max(before, self.learning_starts)  # of these steps, after learning_starts
+        self.owed += max(0, learning) * self.updates_per_step
+
+    def insert(self, transitions: dict[str, np.ndarray]) -> None:
+        if len(transitions["action"]):
+            rows = self.memory.add(transitions)
+            if self.priorities is not None:
+                self.priorities.on_add(rows)
+
+    def due(self) -> int:
+        """The whole gradient steps owed now (0 while no transition is stored), taken off the count."""
+        steps = int(self.owed) if len(self.memory) else 0
+        self.owed -= steps
+        return steps
+
+    def sample(self, batch_size: int, rng: np.random.Generator, beta: float = 1.0) -> tuple[dict, np.ndarray]:
+        """A batch of ``batch_size`` transitions drawn with replacement ({field: [B, ...]}, with
+        ``weight`` [B] under prioritized replay, ``beta`` its importance exponent), and their rows."""
+        if self.priorities is not None:
+            rows, weight = self.priorities.sample(batch_size, len(self.memory), beta, rng)
+            return self.memory.gather(rows) | {"weight": weight}, rows
+        rows = rng.integers(len(self.memory), size=batch_size)
+        return self.memory.gather(rows), rows
+
+    def update_priorities(self, rows: np.ndarray, td_error: np.ndarray) -> None:
+        if self.priorities is not None:
+            self.priorities.update(rows, td_error)
+
+    def state_dict(self) -> dict:
+        return {
+            "memory": self.memory.state_dict(),
+            "priorities": self.priorities.state_dict() if self.priorities is not None else {},
+            "tails": {str(i): tail for i, tail in self.tails.items()},
+            "env_steps": self.env_steps,
+            "owed": self.owed,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.memory.load_state_dict(state["memory"])
+        if self.priorities is not None and state["priorities"]:
+            self.priorities.load_state_dict(state["priorities"])
+        elif self.priorities is not None:  # prioritized from this resume on: every stored row at the top
+            self.priorities.on_add(np.arange(len(self.memory)))
+        self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
+        self.env_steps = int(state["env_steps"])
+        self.owed = float(state["owed"])
