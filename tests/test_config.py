@@ -465,7 +465,8 @@ def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
         ("dqn", "gae_lambda=0.9", "ppo, a2c"),
         ("a2c", "epochs=3", "ppo"),
         ("pg", "value_coef=0.5", "a3c, ppo, a2c"),
-        ("ppo", "buffer_size=10", "dqn"),
+        ("ppo", "buffer_size=10", "dqn, ddpg, td3, sac"),
+        ("sac", "target_noise=0.1", "td3"),
     ],
 )
 def test_a_key_of_another_algorithm_is_an_error_naming_both(name, key, owners):
@@ -481,11 +482,11 @@ def test_a_key_of_no_algorithm_is_an_error_with_a_suggestion():
         load_config(overrides=["algo.name=ppo", "algo.epoch=3"])
     with pytest.raises(ConfigError, match=r"algo\.cilp: not a setting of algo\.name 'ppo'; did you mean 'algo\.clip'\?"):
         load_config(overrides=["algo.name=ppo", "algo.cilp=0.1"])
-    with pytest.raises(ConfigError, match=r"algo\.name: 'sac' is not allowed; expected one of 'a3c', 'ppo'"):
-        load_config(overrides=["algo.name=sac"])
+    with pytest.raises(ConfigError, match=r"algo\.name: 'trpo2' is not allowed; expected one of 'a3c', 'ppo'"):
+        load_config(overrides=["algo.name=trpo2"])
 
 
-@pytest.mark.parametrize("name", ["ppo", "a2c", "pg", "dqn"])
+@pytest.mark.parametrize("name", ["ppo", "a2c", "pg", "dqn", "ddpg", "td3", "sac"])
 def test_every_algorithm_has_its_own_dataclass_with_its_defaults(name):
     from mlxe.algos import config_class
 
