@@ -157,3 +157,19 @@ def test_ia_on_ray_needs_episode_iterations():
     assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "arch=ia"]).arch == "ia"
     with pytest.raises(ConfigError, match=r"arch: 'ia' is not allowed with algo\.name 'ppo'"):
         load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=ia"])
+
+
+def test_sac_on_two_ray_actors_replays_the_local_run(tmp_path):
+    """The off-policy loop (Executors' segments into the Learner's one replay) on Ray actors: the same
+    episodes, gradient steps and networks as the local IS run of the seed."""
+    budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1600",
+              "stop.eval_return=null"]
+    local = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'local'}", *budget]))
+    on_ray = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'ray'}", "backend=ray", *budget]))
+    for key in ("episodes", "env_steps", "updates", "best_return"):
+        assert on_ray.summary[key] == local.summary[key], key
+    a, b = (load_checkpoint(r.run_dir)["learner"] for r in (local, on_ray))
+    for module in ("main", "critic", "critic_target"):
+        for name, tensor in a[module].items():
+            assert np.array_equal(tensor.numpy(), b[module][name].numpy()), (module, name)
+    assert a["updates"] == local.summary["updates"] == 1600 - 200
