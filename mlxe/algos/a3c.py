@@ -140,7 +140,7 @@ class A3CPolicy:
 
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         if spec.continuous:
-            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use sac, td3, ddpg, ppo, a2c or pg")
         e = cfg.algo.exploration
         self.exploration = make_exploration(e.name, e.epsilon, e.decay)
         self.greedy = Greedy()
@@ -275,7 +275,7 @@ class A3C(Algorithm):
 
         super().__init__(cfg, spec, seed)
         if spec.continuous:
-            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use sac, td3, ddpg, ppo, a2c or pg")
         self.algo: Config = cfg.algo
         torch.manual_seed(seed)
         self.device = resolve_device(cfg.device)

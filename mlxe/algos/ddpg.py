@@ -12,8 +12,9 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> losses -> update.
   (RELAAX's ``l2``); actor: -mean Q(s, mu(s)).
 * Update: ``updates_per_step`` gradient steps per env step observed after ``learning_starts``,
   whatever the number of Executors (the update-to-data ratio). Each is a critic step (Adam,
-  ``critic_lr``); every ``policy_delay`` of them an actor step (Adam, ``actor_lr``) and the soft
-  target updates theta' <- tau theta + (1 - tau) theta'.
+  ``critic_lr``); every ``policy_delay`` of them an actor step (Adam, ``actor_lr``; its gradient
+  flows through the critics without computing theirs) and the soft target updates
+  theta' <- tau theta + (1 - tau) theta'.
 
 TD3 (:mod:`mlxe.algos.td3`) and SAC (:mod:`mlxe.algos.sac`) subclass it and change what they change:
 the number of critics, the target, the actor's loss and how it acts.
@@ -225,10 +226,12 @@ class DDPG(Algorithm):
         self.critic = QCritics(spec, self.critics).to(self.device)
         self.actor_target = self.target_copy(self.actor)
         self.critic_target = self.target_copy(self.critic)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"))
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"))
+        # fused: one kernel per step for all of a network's tensors
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"), fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"), fused=True)
         self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
         self.rng = np.random.default_rng(seed)
+        self.target_params = self.online_params = None  # what soft_update moves, listed on first use
         center, scale = spec.action_center_scale()
         self.center = torch.as_tensor(center, device=self.device)
         self.scale = torch.as_tensor(scale, device=self.device)
@@ -257,8 +260,7 @@ class DDPG(Algorithm):
         q = self.critic(batch["obs"], batch["action"])  # [critics, B]
         loss = (q - y).pow(2).mean(dim=1).sum()
         if self.algo.l2_decay:
-            weights = [p for name, p in self.critic.named_parameters() if name.endswith("weight")]
-            loss = loss + self.algo.l2_decay * 0.5 * sum(w.pow(2).sum() for w in weights)
+            loss = loss + self.algo.l2_decay * 0.5 * sum(w.pow(2).sum() for w in self.critic.weight_matrices())
         return loss, q.detach().mean()
 
     def actor_loss(self, batch: dict) -> tuple:
@@ -278,14 +280,12 @@ class DDPG(Algorithm):
         for _ in range(steps):
             batch = self.sample()
             loss, q = self.critic_loss(batch)
-            self.step(self.critic_optimizer, self.critic, loss)
+            self.step(self.critic_optimizer, loss)
             critic_stats.append(torch.stack([loss.detach(), q]))
             self.updates += 1
             if self.updates % self.algo.policy_delay == 0:
-                self.critic.requires_grad_(False)  # the actor's gradient flows through the critics, not into them
                 loss, extra = self.actor_loss(batch)
-                self.step(self.actor_optimizer, self.actor, loss)
-                self.critic.requires_grad_(True)
+                self.step(self.actor_optimizer, loss)
                 actor_stats.append(torch.stack([loss.detach(), *extra.values()]))
                 self.soft_update()
         info = dict(zip(("critic_loss", "q"), torch.stack(critic_stats).mean(0).tolist()))
@@ -298,14 +298,17 @@ class DDPG(Algorithm):
         """Names of the extra values :meth:`actor_loss` returns (SAC: the temperature and entropy)."""
         return ()
 
-    def step(self, optimizer, model, loss) -> None:
-        """One gradient step of ``model`` on ``loss``, clipped to ``max_grad_norm`` if set."""
+    def step(self, optimizer, loss) -> None:
+        """One gradient step of ``optimizer``'s parameters on ``loss``, clipped to ``max_grad_norm``
+        if set. Only their gradients are computed: the actor's loss flows through the critics
+        without computing theirs."""
         import torch
 
+        params = optimizer.param_groups[0]["params"]
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward(inputs=params)
         if self.algo.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.algo.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
         optimizer.step()
 
     def sample(self) -> dict:
@@ -321,9 +324,12 @@ class DDPG(Algorithm):
         """theta' <- tau theta + (1 - tau) theta' for every target network."""
         import torch
 
+        if self.target_params is None:  # listed once: the modules' parameters never change identity
+            pairs = self.targets()
+            self.target_params = [p for target, _ in pairs for p in target.parameters()]
+            self.online_params = [p for _, online in pairs for p in online.parameters()]
         with torch.no_grad():
-            for target, online in self.targets():
-                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.algo.tau)
+            torch._foreach_lerp_(self.target_params, self.online_params, self.algo.tau)
 
     def targets(self) -> list[tuple]:
         """(target, online) pairs the soft update moves."""

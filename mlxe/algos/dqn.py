@@ -95,7 +95,10 @@ def epsilon(algo: Config, env_steps: float) -> float:
 
 def require_discrete(spec: NetSpec) -> None:
     if spec.continuous:
-        raise ConfigError("algo.name: 'dqn' needs a Discrete action space; for Box actions use ppo, a2c or pg")
+        raise ConfigError(
+            f"algo.name: 'dqn' needs a Discrete action space, not a {spec.n_actions}-D Box; "
+            "for Box actions use sac, td3, ddpg, ppo, a2c or pg"
+        )
 
 
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -92,7 +92,7 @@ class SAC(ddpg.DDPG):
         a = self.algo
         self.target_entropy = -float(spec.n_actions) if a.target_entropy is None else a.target_entropy
         self.log_alpha = torch.tensor(math.log(a.ent_coef_init), device=self.device, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=a.lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=a.lr, fused=True)
 
     def alpha(self):
         """The temperature (a tensor, no gradient)."""
@@ -127,9 +127,7 @@ class SAC(ddpg.DDPG):
         loss = (alpha * logp - self.critic(batch["obs"], action).min(dim=0).values).mean()
         if self.algo.ent_coef is None:
             alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
+            self.step(self.alpha_optimizer, alpha_loss)
         return loss, {"alpha": alpha, "entropy": -logp.detach().mean()}
 
     def actor_stat_names(self) -> tuple[str, ...]:

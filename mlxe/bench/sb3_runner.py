@@ -73,6 +73,7 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
             hp[key] = lambda progress_remaining, start=start: progress_remaining * start
     if isinstance(hp.get("policy_kwargs"), str):
         hp["policy_kwargs"] = eval(hp["policy_kwargs"])  # RL-Zoo's own trusted file, as RL-Zoo does
+    noise_type, noise_std = hp.pop("noise_type", None), hp.pop("noise_std", None)
     if is_atari(env_id):  # RL-Zoo's Atari entry: SB3's AtariWrapper and 4 stacked frames
         import ale_py
         import gymnasium
@@ -88,6 +89,13 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
     if normalize:
         kwargs = normalize if isinstance(normalize, dict) else {}
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)
+    if noise_type is not None:  # RL-Zoo's action noise keys, turned into SB3's object as its train.py does
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+        n = env.action_space.shape[0]
+        kind = {"normal": NormalActionNoise, "ornstein-uhlenbeck": OrnsteinUhlenbeckActionNoise}[noise_type]
+        hp["action_noise"] = kind(mean=np.zeros(n), sigma=float(noise_std) * np.ones(n))
     if algo == "ppo_lstm":
         from sb3_contrib import RecurrentPPO as cls
     else:

@@ -169,7 +169,8 @@ class Actor(nn.Module):
 
 
 class QCritics(nn.Module):
-    """``n`` independent Q networks: ``(obs [B, obs_dim], normalized action [B, A]) -> Q [n, B]``."""
+    """``n`` independent Q networks: ``(obs [B, obs_dim], normalized action [B, A]) -> Q [n, B]``.
+    (Stacking their weights into one batched matmul measured no faster on the CPU.)"""
 
     def __init__(self, spec: NetSpec, n: int) -> None:
         super().__init__()
@@ -182,6 +183,10 @@ class QCritics(nn.Module):
     def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q_1 [B] alone (DDPG's and TD3's actor and DDPG's target read only it)."""
         return self.q[0](torch.cat([as_float(obs), action], dim=-1)).squeeze(-1)
+
+    def weight_matrices(self) -> list[torch.Tensor]:
+        """Every Linear layer's weight (what an L2 penalty reads)."""
+        return [m.weight for m in self.modules() if isinstance(m, nn.Linear)]
 
 
 def load_custom(spec: NetSpec) -> nn.Module:

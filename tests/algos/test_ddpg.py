@@ -154,7 +154,7 @@ def test_actor_step_leaves_the_critic_and_follows_the_deterministic_policy_gradi
     q_before = ddpg.critic(b["obs"], ddpg.actor(b["obs"]).tanh())[0].mean().item()
     for _ in range(20):
         loss, _ = ddpg.actor_loss(b)
-        ddpg.step(ddpg.actor_optimizer, ddpg.actor, loss)
+        ddpg.step(ddpg.actor_optimizer, loss)
     q_after = ddpg.critic(b["obs"], ddpg.actor(b["obs"]).tanh())[0].mean().item()
     assert q_after > q_before  # the actor climbs the critic
     for old, new in zip(critic, ddpg.critic.parameters()):
