@@ -38,7 +38,7 @@ CONFIGS = {
     ("Pendulum-v1", "ppo"): "configs/pendulum_ppo.yaml",
     ("Pendulum-v1", "sac"): "configs/pendulum_sac.yaml",
     ("Pendulum-v1", "td3"): "configs/pendulum_td3.yaml",
-    ("Pendulum-v1", "ddpg"): "configs/pendulum_ddpg_zoo.yaml",
+    ("Pendulum-v1", "ddpg"): "configs/pendulum_ddpg_fast.yaml",
     ("CartPoleNoVel-v1", "ppo"): "configs/cartpole_novel_ppo_lstm.yaml",
 }
 SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO
