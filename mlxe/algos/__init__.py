@@ -18,6 +18,7 @@ ALGORITHMS = {
     "ddpg": "mlxe.algos.ddpg",
     "td3": "mlxe.algos.td3",
     "sac": "mlxe.algos.sac",
+    "trpo": "mlxe.algos.trpo",
 }
 
 

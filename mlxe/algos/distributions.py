@@ -41,3 +41,15 @@ def log_prob_entropy(policy, action):
     if isinstance(policy, tuple):
         return gaussian(*policy, action)
     return categorical(policy, action)
+
+
+def kl_divergence(old, new):
+    """KL(old || new) [B] between two outputs of the same policy head: categorical logits [B, A], or
+    (mean [B, A], std [B, A]) of diagonal Gaussians (summed over the A dimensions)."""
+    import torch.nn.functional as F
+
+    if isinstance(old, tuple):
+        (mean0, std0), (mean1, std1) = old, new
+        return ((std1 / std0).log() + (std0.square() + (mean0 - mean1).square()) / (2 * std1.square()) - 0.5).sum(-1)
+    logp0, logp1 = F.log_softmax(old, dim=-1), F.log_softmax(new, dim=-1)
+    return (logp0.exp() * (logp0 - logp1)).sum(-1)
