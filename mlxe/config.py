@@ -547,7 +547,17 @@ def _check_parameter_server(cfg: Config) -> None:
             f"envs_per_executor: {cfg.envs_per_executor!r} is not allowed with ray.mode 'async_gradients'; "
             "expected 1 (each Executor plays one episode, then computes its gradients)"
         )
-    if cfg.algo.promote_best_every is not None:
+    if cfg.filters.obs:
+        raise ConfigError(
+            "filters.obs: not allowed with ray.mode 'async_gradients' (each worker normalizes with its own "
+            "statistics, which the greedy evaluation does not have); set it to false (filters.reward is allowed)"
+        )
+    if cfg.icm.enabled:
+        raise ConfigError(
+            "icm.enabled: not supported with ray.mode 'async_gradients' (the parameter server applies the "
+            "policy's gradients only); use ray.mode 'sync' or a local run"
+        )
+    if getattr(cfg.algo, "promote_best_every", None) is not None:
         raise ConfigError(
             "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
             "use ray.promote_best"

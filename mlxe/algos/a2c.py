@@ -10,7 +10,8 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
   (``mlxe.algos.returns.gae``): a terminated step does not bootstrap, a truncated one bootstraps
   V(final observation); ``gae_lambda`` 1.0 gives the classic n-step returns bounded by t_max = T.
 * Loss: -log pi(a|s) A + value_coef (R - V)^2 - entropy_coef H(pi), over the whole batch.
-* Update: one RMSprop step per iteration (alpha 0.99, eps 1e-5, as Stable-Baselines3's A2C),
+* Update: one RMSprop step per iteration (alpha 0.99, eps 1e-5, as Stable-Baselines3's A2C; or
+  Adam, ``optimizer``, as RELAAX's DA3C),
   gradient-norm clipping, lr annealed linearly to 0 over the step budget if ``anneal_lr``.
 
 The loss is the torch ``loss``; autograd of it is the definition, on any device. For the MLP on the
@@ -56,6 +57,7 @@ class Config(AlgoConfig):
     entropy_coef: float = 0.0
     gae_lambda: float = 1.0  # GAE lambda; 1.0 gives n-step returns bounded by the segment
     anneal_lr: bool = False  # linearly to 0 over stop.max_env_steps
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"  # RMSprop as Stable-Baselines3's A2C; RELAAX's DA3C: Adam
     # gradients: "numpy" = hand-derived backprop on the CPU (``loss_grad``, mlxe.models.backprop),
     # "autograd" = torch autograd of ``loss`` (any device), "auto" = numpy on the CPU with
     # torch_threads 1 (checked against autograd when the Learner starts), autograd otherwise
@@ -243,6 +245,8 @@ class A2C(AlgorithmBase):
     def make_optimizer(self):
         import torch
 
+        if self.algo.optimizer == "adam":
+            return torch.optim.Adam([self.flat], lr=self.algo.lr, fused=True)
         return torch.optim.RMSprop([self.flat], lr=self.algo.lr, alpha=0.99, eps=1e-5)
 
     def passes(self) -> tuple[int, int | None]:
@@ -490,6 +494,41 @@ class A2C(AlgorithmBase):
                 "algo.backprop=autograd to train the loss as written, or update loss_grad to match it."
             )
         self.backprop_checked = True
+
+    # -- the parameter server (RELAAX's DA3C: ray.mode async_gradients) -------------------------
+    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+        """A worker's gradient [P] of the loss on its fresh segment, at ``weights`` [P] (those that
+        played it), clipped to ``max_grad_norm``; None before it has observed one."""
+        import torch
+
+        if not self.observed:
+            return None
+        with torch.no_grad():
+            self.flat.copy_(torch.from_numpy(np.asarray(weights, np.float32)))
+        batch = {k: torch.as_tensor(v, device=self.device) for k, v in self.gather().items()}
+        loss, terms = self.loss(batch, None)
+        self.flat.grad.zero_()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_([self.flat], self.max_grad_norm, foreach=True)
+        stats = torch.stack([loss.detach(), *(t.detach() for t in terms[:3]), grad_norm]).tolist()
+        return self.flat.grad.cpu().numpy().copy(), dict(zip(("loss", "value_loss", "policy_loss", "entropy", "grad_norm"), stats))
+
+    def apply_gradients(self, grad: np.ndarray) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.flat.grad.copy_(torch.from_numpy(np.asarray(grad, np.float32)))
+        self.optimizer.step()
+        self.updates += 1
+
+    def server_iteration(self, episodes: int) -> dict[str, float]:
+        return {"lr": self.optimizer.param_groups[0]["lr"]}
+
+    def adopt(self, weights: np.ndarray) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.flat.copy_(torch.from_numpy(np.asarray(weights, np.float32)))
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:

@@ -89,11 +89,6 @@ class Config(AlgoConfig):
                 f"algo.burn_in: {self.burn_in!r} is not allowed; expected 0, or with a model.core between 1 and "
                 f"algo.sequence_length - 1 ({self.sequence_length - 1})"
             )
-        if cfg.icm.enabled and cfg.backend == "ray" and cfg.ray.mode == "async_gradients":
-            raise ConfigError(
-                "icm.enabled: not supported with ray.mode 'async_gradients' (the parameter server applies the "
-                "policy's gradients only); use ray.mode 'sync' or a local run"
-            )
         if cfg.filters.obs or cfg.filters.reward:
             key = "filters.obs" if cfg.filters.obs else "filters.reward"
             raise ConfigError(f"{key}: not supported by algo.name 'a3c' (its replay stores raw steps); set it to false")

@@ -25,6 +25,7 @@ from mlxe.algos.a2c import A2C, value_loss_grad
 from mlxe.algos.a2c import Config as A2CConfig
 from mlxe.algos.distributions import log_prob_entropy
 from mlxe.config import ConfigError, check_positive
+from mlxe.core import Algorithm as AlgorithmBase
 
 
 @dataclass
@@ -54,6 +55,7 @@ class PPO(A2C):
     """K epochs of clipped-surrogate updates on each iteration's batch."""
 
     Config = Config
+    get_gradients = AlgorithmBase.get_gradients  # epochs over one batch: no parameter-server form
 
     def make_optimizer(self):
         import torch

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mlxe.algos.a2c import A2C
 from mlxe.algos.distributions import kl_divergence, log_prob_entropy
 from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.core import Algorithm as AlgorithmBase
 
 
 @dataclass
@@ -95,6 +96,7 @@ class TRPO(A2C):
     """A natural-gradient policy step inside the KL trust region, then the value function's fit."""
 
     Config = Config
+    get_gradients = AlgorithmBase.get_gradients  # a second-order step on a whole batch: no parameter-server form
 
     def make_backprop(self):
         return None  # second-order steps: torch autograd

@@ -20,7 +20,7 @@ with the run's resource requests and placement, so tests can subclass them. Both
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,12 +58,14 @@ class ObjectStoreWeights:
 
 @dataclass
 class Gradient:
-    """One gradient [P] float32 of the A3C loss, computed at weights ``version``, with its loss terms."""
+    """One gradient [P] float32 of the algorithm's loss, computed at weights ``version``, with its loss
+    terms, and the episodes that ended in the segment it was computed on (segment algorithms)."""
 
     executor: int
     version: int
     grad: np.ndarray
     info: dict[str, float]
+    episodes: list[Episode] = field(default_factory=list)
 
 
 class Actor:
@@ -99,16 +101,25 @@ class GradientActor(Actor):
             self.load_state_dict(state)
 
     def step(self, version: int, box: list) -> Episode | Gradient:
-        """The next piece of work with weights ``version``: a gradient while the worker owes one,
-        else an episode (returned without its steps, which its algorithm keeps)."""
+        """The next piece of work with weights ``version``. A segment algorithm (RELAAX's DA3C) plays
+        a fresh segment and returns its gradient at the weights that played it, with the episodes
+        that ended. The study's A3C returns a gradient while its worker owes one, else an episode
+        (without its steps, which its algorithm keeps)."""
         self.weights.offer(version, box)
         self.executor.pull_weights(None)
+        if self.algo.iteration == "segment":
+            # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
+            segment, episodes, _ = self.executor.rollout()
+            self.algo.observe(segment)
+            grad, info = self.algo.get_gradients(self.executor.local, self.executors)
+            return Gradient(self.index, self.executor.version, grad, info, episodes)
         owed = self.algo.get_gradients(self.executor.local, self.executors)
         if owed is not None:
             grad, info = owed
             return Gradient(self.index, self.executor.version, grad, info)
         episodes: list[Episode] = []
         while not episodes:  # one episode, with the newest weights offered at its start
+            # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
             segment, episodes, _ = self.executor.rollout()
             self.algo.observe(segment)
         return episodes[0]

@@ -1,7 +1,11 @@
-"""``ray.mode: async_gradients``: A3C with a parameter server (RELAAX's DA3C, seed 001).
+"""``ray.mode: async_gradients``: a parameter server, RELAAX's DA3C.
 
-Each Executor actor (:class:`~mlxe.runtime.ray.actors.GradientActor`) holds a worker instance of
-the algorithm, a learner without an optimizer: it plays an episode into its own share of the replay
+With A2C or PG (RELAAX's DA3C proper) each Executor actor plays a fresh segment of ``rollout.steps``
+(t_max) steps, computes the gradient of the n-step / GAE loss on it at the weights that played it,
+and returns it with the episodes that ended; then plays again with the newest weights.
+
+With the study's A3C each Executor actor (:class:`~mlxe.runtime.ray.actors.GradientActor`) holds a
+worker instance of the algorithm, a learner without an optimizer: it plays an episode into its own share of the replay
 (``memory.capacity_per_executor`` rows, prioritized and re-weighted as on the Learner), then
 computes its share of the minimum-updates rule as gradients (``Algorithm.get_gradients``), one per
 call, each at the newest weights it was offered, and plays again. The driver is the parameter server:
@@ -61,16 +65,18 @@ def run_async_gradients(run: RayRun) -> str:
     dispatch()
     while trainer.check_stop() is None:
         for _, _, reply in pool.poll(POLL_S):
+            finished = [reply]
             if isinstance(reply, Gradient):
                 run.stats.lagged(server.version - reply.version)
                 server.submit(reply.grad, reply.version)
                 infos.append(reply.info)
-                continue
-            if run.beats_best(reply) and server.adopt(reply.weights_version):
-                run.stats.adopted += 1
-            trainer.on_episode(reply)
-            run.stats.used(reply.executor, None)
-            episodes += 1
+                finished = reply.episodes  # a segment algorithm's, ended in the segment of its gradient
+            for episode in finished:
+                if run.beats_best(episode) and server.adopt(episode.weights_version):
+                    run.stats.adopted += 1
+                trainer.on_episode(episode)
+                run.stats.used(episode.executor, None)
+                episodes += 1
         run.stats.rejected = combiner.rejected
         if server.version != run.weights.version:
             # Once per poll, not per update: versions applied back to back were never sent to anyone.
