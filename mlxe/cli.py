@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb3_help = "a Python with stable-baselines3 and rl-zoo3: also run Stable-Baselines3 side by side"
     b = bench_parser(
         "solve", "wall time and env steps to a greedy solve (CartPole-v1 475, Pendulum-v1 -200)", None,
-        {"env": "CartPole-v1, CartPoleNoVel-v1 or Pendulum-v1", "algo": "ppo, a2c, pg, dqn (CartPole-v1); ppo, sac, td3, ddpg (Pendulum-v1)"},
+        {"env": "CartPole-v1, CartPoleNoVel-v1 or Pendulum-v1", "algo": "ppo, a2c, pg, dqn (CartPole-v1); ppo, sac, td3, ddpg, trpo (Pendulum-v1)"},
     )
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of each run")

@@ -98,6 +98,8 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
         hp["action_noise"] = kind(mean=np.zeros(n), sigma=float(noise_std) * np.ones(n))
     if algo == "ppo_lstm":
         from sb3_contrib import RecurrentPPO as cls
+    elif algo == "trpo":
+        from sb3_contrib import TRPO as cls
     else:
         cls = getattr(sb3, algo.upper())
     model = cls(policy, env, seed=seed, device="cpu", verbose=0, **hp)

@@ -39,6 +39,7 @@ CONFIGS = {
     ("Pendulum-v1", "sac"): "configs/pendulum_sac.yaml",
     ("Pendulum-v1", "td3"): "configs/pendulum_td3.yaml",
     ("Pendulum-v1", "ddpg"): "configs/pendulum_ddpg_fast.yaml",
+    ("Pendulum-v1", "trpo"): "configs/pendulum_trpo.yaml",
     ("CartPoleNoVel-v1", "ppo"): "configs/cartpole_novel_ppo_lstm.yaml",
 }
 SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO
