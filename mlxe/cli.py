@@ -128,6 +128,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
             sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
         )
+    elif args.bench == "budget":
+        from mlxe.bench.budget import bench_budget
+
+        out = bench_budget(
+            args.env, args.algo, steps=args.steps, seeds=args.seeds, eval_episodes=args.eval_episodes,
+            config=args.config, sb3_python=args.sb3_python, overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "atari":
         from mlxe.bench.atari import bench_atari
 
@@ -220,6 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sb3-python", default=None, help=sb3_help)
     b.add_argument("--sb3-hp", action="append", default=[], metavar="KEY=VALUE",
                    help="replace one of RL-Zoo's hyper-parameters of the Stable-Baselines3 side (repeatable)")
+    b = bench_parser(
+        "budget", "the greedy return after a fixed env-step budget and its wall time, e.g. SAC on HalfCheetah-v5", None,
+        {"env": "e.g. HalfCheetah-v5", "algo": "sac (HalfCheetah-v5), or any with --config"},
+    )
+    b.add_argument("--steps", type=int, default=100_000, help="env steps of each run")
+    b.add_argument("--seeds", type=int, default=1)
+    b.add_argument("--eval-episodes", type=int, default=10)
+    b.add_argument("--sb3-python", default=None, help=sb3_help)
     b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_zoo.yaml")
     b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
     b.add_argument("--envs", type=_counts, default="8", help="comma-separated environments per Executor")

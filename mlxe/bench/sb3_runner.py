@@ -29,7 +29,8 @@ def is_atari(env_id: str) -> bool:
 
 def zoo_hyperparams(algo: str, env_id: str) -> dict:
     """RL-Zoo's tuned hyper-parameters of ``algo`` on ``env_id`` (``hyperparams/<algo>.yml``; its
-    ``atari`` entry for an Atari id)."""
+    ``atari`` entry for an Atari id; for a MuJoCo ``-v5`` id, its ``-v4`` entry: the same task, which
+    RL-Zoo has not re-tuned)."""
     import rl_zoo3
     import yaml
 
@@ -37,6 +38,8 @@ def zoo_hyperparams(algo: str, env_id: str) -> dict:
     table = yaml.safe_load(path.read_text())
     if is_atari(env_id) and env_id not in table:
         env_id = "atari"
+    if env_id not in table and env_id.endswith("-v5"):
+        env_id = env_id[:-1] + "4"
     if env_id not in table:
         raise SystemExit(f"RL-Zoo has no {algo} hyper-parameters for {env_id} in {path}")
     return dict(table[env_id])
@@ -152,6 +155,25 @@ def solve(args: argparse.Namespace) -> dict:
     }
 
 
+def budget(args: argparse.Namespace) -> dict:
+    """Train ``args.steps`` env steps, then the mean greedy return of ``args.eval_episodes`` episodes."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    model, _, normalize = build(args.algo, args.env, args.seed, total_steps=args.steps)
+    started = time.perf_counter()
+    model.learn(total_timesteps=args.steps)
+    wall = time.perf_counter() - started
+    eval_env = make_vec_env(args.env, n_envs=1, seed=args.seed + 10_000)
+    if normalize:
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+        eval_env.obs_rms = model.get_vec_normalize_env().obs_rms
+    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+    return {"env_steps": int(model.num_timesteps), "train_s": wall, "return": float(mean)}
+
+
 def throughput(args: argparse.Namespace) -> dict:
     model, n_envs, _ = build(args.algo, args.env, args.seed, total_steps=args.steps)
     started = time.perf_counter()
@@ -169,7 +191,7 @@ def startup(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["solve", "throughput", "startup"])
+    parser.add_argument("task", choices=["solve", "budget", "throughput", "startup"])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--seed", type=int, default=0)
@@ -177,10 +199,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=1280, help="env steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--max-steps", type=int, default=200_000)
-    parser.add_argument("--steps", type=int, default=50_000, help="throughput: env steps to train")
+    parser.add_argument("--steps", type=int, default=50_000, help="throughput, budget: env steps to train")
     parser.add_argument("--hp", action="append", default=[], help="solve: key=value replacing an RL-Zoo value")
     args = parser.parse_args()
-    result = {"solve": solve, "throughput": throughput, "startup": startup}[args.task](args)
+    result = {"solve": solve, "budget": budget, "throughput": throughput, "startup": startup}[args.task](args)
     print(json.dumps(result))
 
 

@@ -1,0 +1,81 @@
+"""``mlxe bench budget ENV ALGO --steps N``: the greedy return after a fixed env-step budget, and the
+training wall time it took, side by side with Stable-Baselines3.
+
+Each side trains for exactly N env steps without intermediate evaluations, then plays
+``--eval-episodes`` greedy episodes (MLxE: the closing evaluation of its last checkpoint, `last.pt`; SB3:
+``evaluate_policy``, deterministic). The wall time is the training's alone. With ``--sb3-python``
+every seed also trains Stable-Baselines3 with RL-Zoo's hyper-parameters for the env, right after
+MLxE's run of the same seed. Writes ``budget.md`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mlxe.bench.compare import QUIET, bench_dir, median_range
+from mlxe.bench.solve import sb3
+
+CONFIGS = {("HalfCheetah-v5", "sac"): "configs/halfcheetah_sac.yaml"}
+
+
+def bench_budget(
+    env_id: str,
+    algo: str,
+    steps: int,
+    seeds: int = 1,
+    eval_episodes: int = 10,
+    config: str | Path | None = None,
+    sb3_python: str | None = None,
+    overrides: list[str] | None = None,
+    out_dir: str | Path | None = None,
+) -> Path:
+    """Run the benchmark; returns the path of the markdown report."""
+    from mlxe.api import train
+    from mlxe.config import ConfigError, load_config
+
+    config = config or CONFIGS.get((env_id, algo))
+    if config is None:
+        raise ConfigError(f"no config for {algo} on {env_id}; pass --config")
+    out = bench_dir(f"budget-{env_id}-{algo}", out_dir)
+    base = [
+        *(overrides or []), *QUIET, f"run.dir={out / 'runs'}", f"env.id={env_id}", f"algo.name={algo}",
+        f"stop.max_env_steps={steps}", "stop.eval_return=null", "stop.goal_episode_length=null",
+        f"run.eval_after={eval_episodes}",
+    ]
+    results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
+    for seed in range(seeds):
+        s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
+        mine = {"env_steps": s["env_steps"], "train_s": s["wall_s"] - s["eval_s"], "return": s["evaluation_last"]["mean_return"]}
+        results["mlxe"].append(mine)
+        line = f"seed {seed}: MLxE return {mine['return']:.1f} in {mine['train_s']:.1f} s"
+        if sb3_python:
+            theirs = sb3(sb3_python, "budget", f"--env={env_id}", f"--algo={algo}", f"--seed={seed}",
+                         f"--steps={steps}", f"--eval-episodes={eval_episodes}")
+            results["sb3"].append(theirs)
+            line += f"; SB3 return {theirs['return']:.1f} in {theirs['train_s']:.1f} s"
+        print(line, flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+
+    sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
+    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": "Stable-Baselines3 (RL-Zoo)"}
+    lines = [
+        f"# {algo.upper()} on {env_id}: greedy return after {steps:,} env steps, {seeds} seed(s)",
+        "",
+        f"Mean of {eval_episodes} greedy episodes after training; wall time of the training alone. Median [min-max].",
+        "",
+        "| | return | train wall s |",
+        "|---|---|---|",
+    ]
+    for side in sides:
+        rows = results[side]
+        lines.append(f"| {names[side]} | {median_range([r['return'] for r in rows], 1)} | "
+                     f"{median_range([r['train_s'] for r in rows], 1)} |")
+    if sb3_python:
+        ours, theirs = (np.median([r["train_s"] for r in results[side]]) for side in ("mlxe", "sb3"))
+        lines += ["", f"- wall-time ratio MLxE / SB3 (medians): {ours / theirs:.2f}"]
+    path = out / "budget.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
