@@ -462,7 +462,7 @@ def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
     [
         ("ppo", "td_n=3", "a3c"),
         ("a3c", "clip=0.1", "ppo"),
-        ("dqn", "gae_lambda=0.9", "ppo, a2c"),
+        ("dqn", "gae_lambda=0.9", "ppo, a2c, trpo"),
         ("a2c", "epochs=3", "ppo"),
         ("pg", "value_coef=0.5", "a3c, ppo, a2c"),
         ("ppo", "buffer_size=10", "dqn, ddpg, td3, sac"),

@@ -517,7 +517,7 @@ class A2C(AlgorithmBase):
         import torch
 
         with torch.no_grad():
-            self.flat.grad.copy_(torch.from_numpy(np.asarray(grad, np.float32)))
+            self.flat.grad.copy_(torch.tensor(grad, dtype=torch.float32))  # a copy: Ray's replies are read-only
         self.optimizer.step()
         self.updates += 1
 

@@ -118,7 +118,7 @@ def test_dqn_executors_feed_one_replay_on_ray_as_locally(config):
     on_ray = mlxe.train(config("dqn", "backend=ray", *budget))
     assert_same_run(local, on_ray)
     a, b = (load_checkpoint(r.run_dir)["learner"] for r in (local, on_ray))
-    assert int(a["replay"]["size"]) == int(b["replay"]["size"]) > 400  # both Executors' transitions
+    assert int(a["replay"]["memory"]["size"]) == int(b["replay"]["memory"]["size"]) > 400  # both Executors' transitions
     assert a["updates"] == b["updates"] == int((512 - 64) * config("dqn").algo.updates_per_step)
 
 
@@ -141,7 +141,7 @@ def test_a2c_and_pg_train_on_ray(config, algo):
         (["arch=oa", "ray.min_finished_workers=1"], r"ray\.min_finished_workers: 1 is not allowed with .* arch 'oa'"),
         (["ray.mode=async_experience", "ray.max_extra_recv_tries=2"], r"ray\.max_extra_recv_tries: 2 is not allowed"),
         (["ray.promote_best=true"], r"ray\.promote_best: True is not allowed with ray\.mode 'sync'"),
-        (["algo.name=a3c"], r"algo\.gae_lambda: not a setting of algo\.name 'a3c' \(it belongs to ppo, a2c\)"),
+        (["algo.name=a3c"], r"algo\.gae_lambda: not a setting of algo\.name 'a3c' \(it belongs to ppo, a2c, trpo\)"),
     ],
 )
 def test_config_rules_of_the_algorithms_on_ray(overrides, match):
