@@ -545,7 +545,7 @@ def _check_parameter_server(cfg: Config) -> None:
     if cfg.envs_per_executor != 1:
         raise ConfigError(
             f"envs_per_executor: {cfg.envs_per_executor!r} is not allowed with ray.mode 'async_gradients'; "
-            "expected 1 (each Executor plays one episode, then computes its gradients)"
+            "expected 1 (each Executor plays one environment, then computes its gradients)"
         )
     if cfg.filters.obs:
         raise ConfigError(

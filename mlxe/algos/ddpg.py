@@ -199,6 +199,7 @@ class DDPG(Algorithm):
 
     Config = Config
     critics: ClassVar[int] = 1  # Q networks (TD3 and SAC: two)
+    has_actor_target: ClassVar[bool] = True  # a target copy of the actor (SAC's targets read the current actor)
 
     @classmethod
     def actor_outputs(cls, spec: NetSpec) -> int:
@@ -229,7 +230,7 @@ class DDPG(Algorithm):
         self.device = resolve_device(cfg.device)
         self.actor = Actor(spec, self.actor_outputs(spec)).to(self.device)
         self.critic = QCritics(spec, self.critics).to(self.device)
-        self.actor_target = self.target_copy(self.actor)
+        self.actor_target = self.target_copy(self.actor) if self.has_actor_target else None
         self.critic_target = self.target_copy(self.critic)
         # fused: one kernel per step for all of a network's tensors
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"), fused=True)
@@ -338,7 +339,8 @@ class DDPG(Algorithm):
 
     def targets(self) -> list[tuple]:
         """(target, online) pairs the soft update moves."""
-        return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+        pairs = [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+        return [(target, online) for target, online in pairs if target is not None]
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -347,11 +349,12 @@ class DDPG(Algorithm):
 
     def modules(self) -> dict:
         """What a checkpoint holds besides the replay and counters: networks and optimizers by name."""
-        return {
+        modules = {
             "main": self.actor, "critic": self.critic, "actor_target": self.actor_target,
             "critic_target": self.critic_target, "actor_optimizer": self.actor_optimizer,
             "critic_optimizer": self.critic_optimizer,
         }
+        return {k: m for k, m in modules.items() if m is not None}
 
     def state_dict(self) -> dict:
         return {k: to_cpu(m.state_dict()) for k, m in self.modules().items()} | {

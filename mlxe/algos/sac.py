@@ -74,6 +74,7 @@ class SquashedGaussianPolicy(ddpg.ActorPolicy):
 class SAC(ddpg.DDPG):
     Config = Config
     critics = 2
+    has_actor_target = False  # the targets sample the current actor
 
     @classmethod
     def actor_outputs(cls, spec: NetSpec) -> int:
@@ -88,7 +89,6 @@ class SAC(ddpg.DDPG):
         import torch
 
         super().__init__(cfg, spec, seed)
-        self.actor_target = None  # SAC's targets come from the current actor
         a = self.algo
         self.target_entropy = -float(spec.n_actions) if a.target_entropy is None else a.target_entropy
         self.log_alpha = torch.tensor(math.log(a.ent_coef_init), device=self.device, requires_grad=True)
@@ -133,16 +133,9 @@ class SAC(ddpg.DDPG):
     def actor_stat_names(self) -> tuple[str, ...]:
         return ("alpha", "entropy")
 
-    def targets(self) -> list[tuple]:
-        return [(self.critic_target, self.critic)]
-
     # -- checkpoints --------------------------------------------------------------------------------
     def modules(self) -> dict:
-        return {
-            "main": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-            "actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer,
-            "alpha_optimizer": self.alpha_optimizer,
-        }
+        return super().modules() | {"alpha_optimizer": self.alpha_optimizer}
 
     def state_dict(self) -> dict:
         return super().state_dict() | {"log_alpha": float(self.log_alpha.detach())}

@@ -119,7 +119,6 @@ class GradientActor(Actor):
             return Gradient(self.index, self.executor.version, grad, info)
         episodes: list[Episode] = []
         while not episodes:  # one episode, with the newest weights offered at its start
-            # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
             segment, episodes, _ = self.executor.rollout()
             self.algo.observe(segment)
         return episodes[0]
