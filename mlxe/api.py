@@ -45,16 +45,15 @@ def train(
     to continue from its last checkpoint (its own config, plus ``overrides``, e.g. a larger budget).
     ``progress``: force the live display on or off (default: ``run.progress``).
     """
-    from mlxe.runtime.trainer import Trainer, load_checkpoint, new_run_dir
+    from mlxe.runtime.checkpoints import CheckpointError
+    from mlxe.runtime.trainer import Trainer, new_run_dir
     from mlxe.runtime.transport.workers import WorkerFailed
 
-    checkpoint = None
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"cannot resume: {run_dir} is not a run directory (no config.yaml)")
         cfg = load_config(run_dir / "config.yaml", overrides)
-        checkpoint = load_checkpoint(run_dir)
     else:
         if isinstance(config, Config):
             cfg = from_dict(_apply(config, overrides))
@@ -62,10 +61,10 @@ def train(
             cfg = load_config(config, overrides)
         run_dir = new_run_dir(cfg)
 
-    with Trainer(cfg, run_dir, checkpoint, progress) as trainer:
+    with Trainer(cfg, run_dir, resume is not None, progress) as trainer:
         try:
             reason = _run(cfg, trainer)
-        except WorkerFailed as e:
+        except (WorkerFailed, CheckpointError) as e:
             trainer.stop_clock()
             trainer.summary("error", error=str(e))
             raise
@@ -94,18 +93,21 @@ def evaluate(
     max_episode_steps: int | None = None,
     config: Config | None = None,
     last: bool = False,
+    video: str | Path | None = None,
 ) -> dict:
     """Replay a trained policy greedily (normal starts, no exploration).
 
     ``source``: a run directory (its ``best.pt``, the model that reached the goal; ``last``: its
     ``last.pt``) or a checkpoint file. Returns the checkpoint file read, mean/std return,
-    mean/min/max length and the per-episode lists.
+    mean/min/max length and the per-episode lists. ``video``: an ``.mp4`` or ``.gif`` file to
+    record the episodes to (played one after another in a rendering environment; with its frame
+    count and rate in the result).
     """
     from mlxe.algos import algorithm
     from mlxe.envs.filters import Filters
+    from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint
     from mlxe.runtime.evaluation import evaluate_vectorized
     from mlxe.runtime.setup import problem_spec
-    from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
 
     source = Path(source)
     if not source.exists():
@@ -123,4 +125,8 @@ def evaluate(
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
+    if video is not None:
+        from mlxe.runtime.video import record_video
+
+        return {"checkpoint": str(path), **record_video(config, policy, video, episodes, seed, filters.normalize_obs)}
     return {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}

@@ -70,18 +70,32 @@ def _eval(args: argparse.Namespace) -> int:
     from mlxe.api import evaluate
 
     result = evaluate(
-        args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps, last=args.last
+        args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps, last=args.last,
+        video=args.video,
     )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"checkpoint {result['checkpoint']}")
+    if "video" in result:
+        print(f"video {result['video']}: {result['frames']} frames at {result['fps']} fps")
     for i, (ret, n) in enumerate(zip(result["returns"], result["lengths"]), 1):
         print(f"episode {i:3d}: return {ret:10.2f}  length {n}")
     print(
         f"mean return {result['mean_return']:.2f} +- {result['std_return']:.2f}; "
         f"length mean {result['mean_length']:.1f}, min {result['min_length']}, max {result['max_length']}"
     )
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from mlxe.config import ConfigError
+    from mlxe.telemetry.plots import plot_runs
+
+    labels = args.labels.split(",") if args.labels else None
+    if labels is not None and len(labels) != len(args.runs):
+        raise ConfigError(f"--labels: {len(labels)} labels for {len(args.runs)} runs")
+    print(f"written {plot_runs(args.runs, args.out, labels)}")
     return 0
 
 
@@ -182,7 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--max-steps", type=int, default=None, help="episode step cap (default: the run's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--video", metavar="FILE", help="record the episodes to FILE (.mp4 or .gif; needs mlxe[video])")
     p.set_defaults(func=_eval)
+
+    p = sub.add_parser("plot", help="overlay the learning curves of several runs on one figure")
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("--labels", default=None, help="comma-separated legend labels (default: the directory names)")
+    p.add_argument("--out", default="mlxe-plot.png", help="the PNG to write")
+    p.set_defaults(func=_plot)
 
     p = sub.add_parser("status", help="the run-wide statistics of a (running) Ray run: status.json as a table")
     p.add_argument("run_dir", help="run directory")
@@ -255,10 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlxe.config import ConfigError
+    from mlxe.runtime.checkpoints import CheckpointError
 
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as e:  # bad input; any other error is a bug and keeps its traceback
+    except (ConfigError, CheckpointError, FileNotFoundError) as e:  # bad input; any other error is a bug and keeps its traceback
         print(f"mlxe: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -55,7 +55,8 @@ class TaskConfig:
 class EnvConfig:
     id: str = "CartPole-v1"  # a Gymnasium id or "package.module:Class"
     kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int = 50_000  # training episodes are cut (truncated) here
+    # training and evaluation episodes are cut (truncated) here; null: the environment's own limit
+    max_episode_steps: int | None = None
     task: TaskConfig = field(default_factory=TaskConfig)
     # Atari (ale-py, ``pip install mlxe[atari]``): the id (e.g. "ALE/Pong-v5") is made with frameskip 1,
     # then Gymnasium's AtariPreprocessing (30 no-op starts, 4 frames skipped with max-pooling, 84x84
@@ -197,6 +198,8 @@ class StopConfig:
 class RunConfig:
     dir: str = "runs"  # run directories are created under this folder
     checkpoint_every: int = 10  # iterations between checkpoints (OA: seconds / 2)
+    keep_checkpoints: int = 3  # last.pt and the ones before it (iter-N.pt) kept to fall back on
+    max_restarts: int = 3  # per Executor: a failed one is replaced this many times, then the run stops
     progress: bool = True
     window: int = 20  # moving-average window (episodes) of the progress display
     tensorboard: bool = True
@@ -222,7 +225,6 @@ class RayConfig:
     # > 0: the Learner runs in a Ray actor that reserves this many GPUs (and 1 CPU), so Ray
     # places it on a GPU node; use it with device=cuda or auto. 0: the Learner stays in the driver.
     learner_num_gpus: float = 0.0
-    max_restarts: int = 3  # per Executor: a dead actor is replaced this many times, then the run fails
     # async_gradients: the global weights adopt those that played a new best-return episode (the HTTP A3C's master)
     promote_best: bool = False
     # sync with arch is (MARO): wait for min_finished_workers units (null: all), then up to
@@ -375,7 +377,7 @@ def _build_algo(value: Any, key: str) -> AlgoConfig:
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a mapping of algorithm settings, got {value!r}")
     name = value.get("name", AlgoConfig.name)
-    if name not in ALGORITHMS:
+    if not isinstance(name, str) or name not in ALGORITHMS:
         raise ConfigError(f"{key}.name: {name!r} is not allowed; expected one of {', '.join(map(repr, ALGORITHMS))}")
     cls = config_class(name)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -392,6 +394,9 @@ def _build_algo(value: Any, key: str) -> AlgoConfig:
 
 def _check_ranges(cfg: Config) -> None:
     """Semantic checks the types cannot express (the algorithm's own: ``cfg.algo.check``)."""
+    for key, value in (("seed", cfg.seed), ("run.max_restarts", cfg.run.max_restarts)):
+        if value < 0:
+            raise ConfigError(f"{key}: {value!r} is not allowed; expected an integer >= 0")
     positive = {
         "torch_threads": cfg.torch_threads,
         "env.max_episode_steps": cfg.env.max_episode_steps,
@@ -403,6 +408,7 @@ def _check_ranges(cfg: Config) -> None:
         "stop.eval_every": cfg.stop.eval_every,
         "stop.eval_episodes": cfg.stop.eval_episodes,
         "run.checkpoint_every": cfg.run.checkpoint_every,
+        "run.keep_checkpoints": cfg.run.keep_checkpoints,
         "run.window": cfg.run.window,
         "filters.clip": cfg.filters.clip,
     }
@@ -514,7 +520,7 @@ def _check_ray(cfg: Config) -> None:
     for key in ("num_cpus", "connect_timeout", "extra_recv_timeout", "status_every"):
         if getattr(r, key) <= 0:
             raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value > 0")
-    for key in ("max_restarts", "max_extra_recv_tries", "max_lag", "dc_lambda", "learner_num_gpus"):
+    for key in ("max_extra_recv_tries", "max_lag", "dc_lambda", "learner_num_gpus"):
         if getattr(r, key) < 0:
             raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value >= 0")
     for key in ("num_gradients", "dc_history", "executors_per_node", "min_finished_workers"):

@@ -115,6 +115,7 @@ def test_a_file_that_is_not_an_mlxe_checkpoint_is_a_one_line_error(tmp_path, cap
     shutil.copy("configs/cartpole_a3c.yaml", run_dir / "config.yaml")
     torch.save({"format": -1}, run_dir / "checkpoints" / "last.pt")
     assert main(["eval", str(run_dir)]) == 2
-    assert capsys.readouterr().err.startswith(f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'} is not an MLxE checkpoint")
+    assert capsys.readouterr().err == (
+        f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'}: checkpoint format -1; this MLxE reads format 4\n")
     assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
-    assert "is not an MLxE checkpoint" in capsys.readouterr().err
+    assert "no valid checkpoint to resume from:\n  " in capsys.readouterr().err

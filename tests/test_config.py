@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mlxe.config import (
     AlgoConfig,
@@ -391,6 +393,11 @@ def test_device_bad_spelling_names_key_value_and_allowed(value):
     assert "'cpu', 'cuda', 'cuda:N' or 'auto'" in msg
 
 
+def test_a_negative_seed_is_an_error_naming_seed():
+    with pytest.raises(ConfigError, match=r"^seed: -3 is not allowed; expected an integer >= 0"):
+        load_config(overrides=["seed=-3"])
+
+
 # --------------------------------------------------------------------------- save / load
 
 
@@ -548,3 +555,62 @@ def test_ray_settings_out_of_range_are_named(overrides, match):
 def test_ray_checks_apply_only_to_the_ray_backend():
     cfg = load_config(None, ["arch=oa", "ray.num_cpus=0"])
     assert cfg.backend == "local"
+
+
+# --------------------------------------------------------------------------- fuzzing
+
+
+def _leaf_keys(data: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            keys += _leaf_keys(v, f"{prefix}{k}.")
+        else:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+def _config_keys() -> list[str]:
+    from mlxe.config import to_dict
+
+    keys = set()
+    for path in sorted((REPO_ROOT / "configs").glob("*.yaml")):  # every algorithm's own keys too
+        keys.update(_leaf_keys(to_dict(load_config(path))))
+    return sorted(keys)
+
+
+_KEYS = _config_keys()
+_VALUES = st.one_of(
+    st.integers(min_value=-(10**12), max_value=10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["null", "true", "false", "[]", "{}", "[1, -2]", "{a: 1}", "''", "x", "nan", "-inf", "[[]]",
+                     "{fake_key: 3}", "cuda:-1", "2e400", "0", "-1", "1.5"]),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12),
+)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_generated_bad_config_is_a_config_error_naming_its_key(data):
+    """Any key of any shipped config set to any value: a valid config, or a ConfigError that names
+    the key (or the part of it that is wrong), never another exception."""
+    path = data.draw(st.sampled_from(sorted((REPO_ROOT / "configs").glob("*.yaml"))))
+    key = data.draw(st.sampled_from(_KEYS))
+    value = data.draw(_VALUES)
+    try:
+        load_config(path, [f"{key}={value}"])
+    except ConfigError as e:
+        message = str(e)
+        named = [key.rsplit(".", n)[0] for n in range(key.count(".") + 1)]
+        assert any(k in message for k in named), message
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=st.from_regex(r"[a-z_]{1,8}(\.[a-z_]{1,8}){0,2}", fullmatch=True))
+def test_an_unknown_key_is_a_config_error_naming_it(key):
+    if key.split(".")[0] in {"algo", "env", "model", "run", "stop", "ray", "rollout", "memory", "filters", "icm"}:
+        return  # a section: its own unknown-key errors are tested above
+    try:
+        load_config(overrides=[f"{key}=1"])
+    except ConfigError as e:
+        assert key.split(".")[0] in str(e)

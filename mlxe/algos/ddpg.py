@@ -86,11 +86,6 @@ class OffPolicyConfig(AlgoConfig):
         if cfg.model.core != "none" or cfg.model.noisy_policy:
             key = "model.core" if cfg.model.core != "none" else "model.noisy_policy"
             raise ConfigError(f"{key}: not supported with algo.name {self.name!r} (an MLP actor and critics)")
-        if cfg.backend == "ray" and cfg.ray.learner_num_gpus > 0:
-            raise ConfigError(
-                f"ray.learner_num_gpus: {cfg.ray.learner_num_gpus!r} is not supported with algo.name {self.name!r} "
-                "yet; expected 0 (the Learner stays in the driver: run the driver on the GPU node with device=cuda)"
-            )
 
     def rate(self, which: str) -> float:
         """The learning rate of the ``which`` ("actor" or "critic") optimizer."""

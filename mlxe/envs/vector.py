@@ -24,16 +24,20 @@ X_THRESHOLD = 2.4
 THETA_THRESHOLD = 12 * 2 * np.pi / 360
 
 
-class CartPoleVec:
-    """``num_envs`` CartPole-v1 environments stepped together (reward 1 per step, cap ``max_episode_steps``)."""
+CARTPOLE_V1_CAP = 500  # the step limit CartPole-v1 is registered with
 
-    def __init__(self, num_envs: int, max_episode_steps: int = 500, seed: int | None = None) -> None:
+
+class CartPoleVec:
+    """``num_envs`` CartPole-v1 environments stepped together (reward 1 per step, cap ``max_episode_steps``,
+    None: CartPole-v1's own 500)."""
+
+    def __init__(self, num_envs: int, max_episode_steps: int | None = None, seed: int | None = None) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = num_envs
         high = np.array([2 * X_THRESHOLD, np.inf, 2 * THETA_THRESHOLD, np.inf], np.float32)
         self.observation_space, self.n_actions = Box(-high, high, dtype=np.float32), 2  # CartPole-v1's
-        self.max_episode_steps = max_episode_steps
+        self.max_episode_steps = CARTPOLE_V1_CAP if max_episode_steps is None else max_episode_steps
         self.rng = np.random.default_rng(seed)
         self.state = np.zeros((num_envs, 4), np.float64)
         self.steps = np.zeros(num_envs, np.int64)
@@ -70,6 +74,15 @@ class CartPoleVec:
             self.state[done] = self._sample_starts(int(done.sum()))
             self.steps[done] = 0
         return self.state.astype(np.float32), np.ones(self.num_envs, np.float32), terminated, truncated, final_obs
+
+    def state_dict(self) -> dict:
+        """Everything the environments are: a checkpoint resumes their episodes where they were."""
+        return {"state": self.state.copy(), "steps": self.steps.copy(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = np.asarray(state["state"], np.float64).copy()
+        self.steps = np.asarray(state["steps"], np.int64).copy()
+        self.rng.bit_generator.state = state["rng"]
 
     def close(self) -> None:
         """Nothing to release (the common interface of MLxE's vector envs)."""

@@ -42,8 +42,14 @@ def evaluate_vectorized(
         running &= ~ended
         state = reset_state(state, ended, policy)
     env.close()
+    return episode_stats(returns, lengths)
+
+
+def episode_stats(returns, lengths) -> dict:
+    """Count, mean/std return, mean/min/max length and the per-episode lists of finished episodes."""
+    returns, lengths = np.asarray(returns, np.float64), np.asarray(lengths, np.int64)
     return {
-        "episodes": episodes,
+        "episodes": len(returns),
         "mean_return": float(returns.mean()),
         "std_return": float(returns.std()),
         "mean_length": float(lengths.mean()),

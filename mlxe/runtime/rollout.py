@@ -54,9 +54,9 @@ class GymVec:
         """First observations [E, *obs]; ``seeded``: from ``seed + i`` (else the environments'
         RNGs continue)."""
         seeds = [self.seed + i if seeded else None for i in range(self.num_envs)]
-        return np.stack([self._stored(env.reset(seed=s)[0]) for s, env in zip(seeds, self.envs)])
+        return np.stack([self.stored(env.reset(seed=s)[0]) for s, env in zip(seeds, self.envs)])
 
-    def _stored(self, obs) -> np.ndarray:
+    def stored(self, obs) -> np.ndarray:
         """One observation as it is stored (see :func:`~mlxe.envs.factory.observation_layout`)."""
         if self.structured:
             import gymnasium as gym
@@ -84,20 +84,26 @@ class GymVec:
                 done[:, i] = term, trunc
                 if final is None:
                     final = np.empty_like(obs)
-                final[i] = self._stored(o) if self.structured else o
+                final[i] = self.stored(o) if self.structured else o
                 o, _ = env.reset()
-            obs[i] = self._stored(o) if self.structured else o
+            obs[i] = self.stored(o) if self.structured else o
         if final is not None:
             ended = done[0] | done[1]
             final[~ended] = obs[~ended]
         return obs, reward, done[0], done[1], final
 
     def state_dict(self) -> list[dict]:
-        """Each environment's own checkpointable state (e.g. the CartPole task's episode count)."""
-        return [env.state_dict() if hasattr(env, "state_dict") else {} for env in self.envs]
+        """Each environment's RNG and own checkpointable state (e.g. the CartPole task's episode
+        count); not its episode in progress (a Gymnasium environment cannot say what that is)."""
+        return [
+            {"rng": env.unwrapped.np_random.bit_generator.state, **(env.state_dict() if hasattr(env, "state_dict") else {})}
+            for env in self.envs
+        ]
 
     def load_state_dict(self, states: list[dict]) -> None:
         for env, state in zip(self.envs, states):
+            state = dict(state)
+            env.unwrapped.np_random.bit_generator.state = state.pop("rng")
             if state:
                 env.load_state_dict(state)
 
@@ -232,13 +238,26 @@ class RolloutExecutor:
         return segment, episodes
 
     def state_dict(self) -> dict:
-        envs = self.env.state_dict() if isinstance(self.env, GymVec) else []
-        return {"policy": self.policy.state_dict(), "envs": envs}
+        """The policy's state (its RNG), the environments' and the episodes in progress."""
+        episodes = {
+            "obs": self.obs, "ep_length": self.ep_length, "ep_return": self.ep_return,
+            "discounted_return": self.discounted_return, "restarted": self.restarted, "state": self.state,
+        }
+        return {"policy": self.policy.state_dict(), "envs": self.env.state_dict(), "episodes": episodes}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``: the episodes in progress go on where the environments can be
+        restored whole (the fast CartPole); a Gymnasium environment starts new ones, its RNG continued."""
         self.policy.load_state_dict(state["policy"])
+        self.env.load_state_dict(state["envs"])
         if isinstance(self.env, GymVec):
-            self.env.load_state_dict(state["envs"])
+            self.start()
+            return
+        e = state["episodes"]
+        self.obs = np.asarray(e["obs"])
+        self.ep_length, self.ep_return = np.asarray(e["ep_length"]), np.asarray(e["ep_return"])
+        self.discounted_return, self.restarted = np.asarray(e["discounted_return"]), bool(e["restarted"])
+        self.state = None if e["state"] is None else {k: np.asarray(v) for k, v in e["state"].items()}
 
 
 def step_fields(spec) -> dict[str, Field]:

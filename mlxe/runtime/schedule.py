@@ -40,11 +40,11 @@ from mlxe.models.actor_critic import NetSpec, net_spec
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
-from mlxe.runtime.setup import Seeds, context
+from mlxe.runtime.setup import Seeds, context, replacement_seed
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
-from mlxe.runtime.transport.workers import ProcessPool, ThreadPool
+from mlxe.runtime.transport.workers import ProcessPool, ThreadPool, WorkerFailed
 
 POLL_S = 0.2  # how often a waiting coordinator looks at its pool
 
@@ -93,32 +93,42 @@ class Rollouts(Protocol):
 
 
 class LocalRollouts:
-    """The local transport: :class:`SharedWeights` and ``rollout_loop`` workers as processes or threads."""
+    """The local transport: :class:`SharedWeights` and ``rollout_loop`` workers as processes or threads.
+
+    An Executor that fails (its process dies, or it raises) is replaced by a new one with the
+    current weights and a fresh RNG stream, and is asked again what it was asked: its
+    environments' unfinished episodes are lost (counted in ``episodes_lost``), nothing of the
+    Learner is. After ``run.max_restarts`` replacements of one Executor the run stops with its error.
+    """
 
     def __init__(
         self, cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, states: list | None, threads: bool
     ) -> None:
-        self.trainer = trainer
+        self.cfg, self.trainer, self.seeds = cfg, trainer, seeds.executors
         self.n = n = cfg.num_executors()
         size = algos.algorithm(cfg.algo.name).weights_size(cfg, spec)
         # two versions kept: an OA rollout is asked for with the newest, and plays with it even if the
         # Learner publishes the next one before the Executor starts (ask() tells which)
         self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
-        workers = [
-            (f"executor-{i}", rollout_loop, (cfg, i, self.weights, seeds.executors[i], states[i] if states else None, n))
-            for i in range(n)
-        ]
+        self.restarts = [0] * n
+        self.episodes_lost = 0
+        self._pending: dict[int, tuple] = {}  # what each Executor was asked and has not answered yet
+        workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
         # one compute thread per Executor process: the Executors are the parallelism of acting
         self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), 1)
+
+    def _arguments(self, i: int, state: dict | None) -> tuple:
+        seed = replacement_seed(self.seeds[i], self.restarts[i])
+        return (self.cfg, i, self.weights, seed, state, self.n)
 
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)
 
     def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
-        self.pool.send(i, ("rollout", filters, self.weights.version, restart, steps))
+        self._send(i, ("rollout", filters, self.weights.version, restart, steps))
 
     def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
-        reply = self.pool.recv(timeout)
+        reply = self._recv(timeout)
         return [] if reply is None else [(reply[0], reply[1][1:])]
 
     def discard(self, i: int, reason: str) -> None:
@@ -126,13 +136,48 @@ class LocalRollouts:
 
     def states(self) -> list[dict]:
         for i in range(self.n):
-            self.pool.send(i, ("state",))
+            self._send(i, ("state",))
         states: list = [None] * self.n
         while any(s is None for s in states):
-            reply = self.pool.recv(POLL_S)
+            reply = self._recv(POLL_S)
             if reply is not None:
                 states[reply[0]] = reply[1][1]
         return states
+
+    def _send(self, i: int, msg: tuple) -> None:
+        self._pending[i] = msg
+        try:
+            self.pool.send(i, msg)
+        except WorkerFailed as failure:
+            self._replace(i, failure)
+
+    def _recv(self, timeout: float) -> tuple[int, tuple] | None:
+        try:
+            reply = self.pool.recv(timeout)
+        except WorkerFailed as failure:
+            self._replace(self.pool.names.index(failure.name), failure)
+            return None
+        if reply is not None:
+            self._pending.pop(reply[0], None)
+        return reply
+
+    def _replace(self, i: int, failure: WorkerFailed) -> None:
+        """Executor ``i`` failed: a new one takes its place and gets its pending request, or the
+        run stops with the failure once ``run.max_restarts`` is spent."""
+        limit = self.cfg.run.max_restarts
+        if self.restarts[i] >= limit:
+            raise WorkerFailed(
+                failure.name, f"{failure.detail.rstrip()} (failure {self.restarts[i] + 1}, run.max_restarts={limit})"
+            )
+        self.restarts[i] += 1
+        self.episodes_lost += self.cfg.envs_per_executor
+        self.trainer.say(f"{failure}; replaced ({self.restarts[i]} of run.max_restarts={limit})")
+        self.pool.restart(i, self._arguments(i, None))
+        msg = self._pending.pop(i, None)
+        if msg is not None and msg[0] == "rollout":  # with the newest weights, from its fresh environments
+            msg = ("rollout", msg[1], self.weights.version, True, msg[4])
+        if msg is not None:
+            self._send(i, msg)
 
     def close_iteration(
         self,
@@ -142,6 +187,8 @@ class LocalRollouts:
         roles: Callable[[], dict],
         trained: list[Rollout],
     ) -> None:
+        info.update(restarts=sum(self.restarts), episodes_lost=self.episodes_lost)
+        self.trainer.display_extra = {"restarts": sum(self.restarts)}
         self.trainer.close_iteration(updates, info, evaluate, roles)
 
     def close(self) -> None:

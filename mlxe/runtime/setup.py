@@ -27,6 +27,12 @@ class Seeds:
         return cls(ints[0], ints[2:], ints[1])
 
 
+def replacement_seed(seed: int, restarts: int) -> int:
+    """The seed of an Executor (first seeded with ``seed``) after ``restarts`` replacements: a
+    stream of its own, since replaying the failed one's would repeat its episodes."""
+    return seed if restarts == 0 else int(np.random.SeedSequence([seed, restarts]).generate_state(1)[0])
+
+
 def problem_spec(cfg: Config) -> NetSpec:
     """The network spec of ``cfg`` (builds one environment to read its spaces)."""
     env = make_env_from_config(cfg)

@@ -2,11 +2,12 @@
 
 An architecture reports what happened (``on_episode``, ``end_iteration``) and asks whether to go on
 (``stop_reason``); the Trainer writes ``metrics.csv``, ``episodes.csv``, TensorBoard events, atomic
-checkpoints, ``summary.json`` and the learning curve. Ctrl-C sets a flag that the architecture sees
-at its next safe point, so the last checkpoint is always consistent; a second Ctrl-C aborts at once.
+checkpoints, ``summary.json`` and the learning curve. Ctrl-C or SIGTERM (what cluster schedulers
+send) sets a flag that the architecture sees at its next safe point, so the last checkpoint is
+always consistent; a second one aborts at once.
 
-Two checkpoints are kept: ``last.pt``, written periodically and at the end, and ``best.pt``, the
-model that reached the goal: the weights that played the first goal-length episode (saved before
+Checkpoints (:mod:`mlxe.runtime.checkpoints`): ``last.pt``, written periodically and at the end,
+with the ``run.keep_checkpoints`` - 1 before it, and ``best.pt``, the model that reached the goal: the weights that played the first goal-length episode (saved before
 the Learner trains on, where the schedule allows: :meth:`Trainer.save_goal`), or else those of the
 best periodic evaluation so far. Training one more iteration past the goal can make a model worse,
 so the end-of-run evaluation and ``mlxe eval`` read ``best.pt`` by default.
@@ -16,77 +17,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-from mlxe.config import Config, ConfigError, save_config
+from mlxe.config import Config, save_config
 from mlxe.core import Episode
+from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, load_checkpoint
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats
-
-CHECKPOINT_FORMAT = 3  # the layout version; a checkpoint of another one is refused
-
-
-def _to_torch(obj):
-    """NumPy arrays -> tensors, recursively, so checkpoints load with ``weights_only=True``."""
-    import torch
-
-    if isinstance(obj, np.ndarray):  # torch wants memory it may write: copy read-only views (Ray's)
-        return torch.from_numpy(np.ascontiguousarray(obj) if obj.flags.writeable else obj.copy())
-    if isinstance(obj, np.generic):  # a NumPy scalar (e.g. the statistics of a scalar stream)
-        return obj.item()
-    if isinstance(obj, dict):
-        return {k: _to_torch(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_torch(v) for v in obj)
-    return obj
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """Write ``state`` atomically: a crash mid-write leaves the previous checkpoint intact."""
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(_to_torch(state), f)
-        f.flush()
-        os.fsync(f.fileno())  # the rename must not expose a file still in the page cache only
-    os.replace(tmp, path)
-
-
-def checkpoint_file(source: str | Path, last: bool = False) -> Path:
-    """The checkpoint of ``source``: the file itself, or a run directory's ``best.pt`` (``last``, or
-    when the run has none: ``last.pt``)."""
-    source = Path(source)
-    if not source.is_dir():
-        if last:
-            raise ConfigError(f"--last chooses a run directory's last.pt; {source} is a checkpoint file")
-        return source
-    best = source / "checkpoints" / "best.pt"
-    return best if best.is_file() and not last else source / "checkpoints" / "last.pt"
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint safely (tensors and plain data only; no arbitrary unpickling); a run
-    directory means its ``last.pt`` (what ``--resume`` continues from)."""
-    import torch
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoints" / "last.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(f"{path} is not an MLxE checkpoint (format {CHECKPOINT_FORMAT})")
-    return state
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -103,11 +45,13 @@ def new_run_dir(cfg: Config) -> Path:
 class Trainer:
     """Counters, stop conditions and run-directory outputs of one training run."""
 
-    def __init__(self, cfg: Config, run_dir: Path, checkpoint: dict | None = None, progress: bool | None = None) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False, progress: bool | None = None) -> None:
+        """``resume``: continue from the newest valid checkpoint in ``run_dir`` (saying which, if
+        newer ones are unreadable)."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.checkpoint_path = self.run_dir / "checkpoints" / "last.pt"
-        self.best_path = self.run_dir / "checkpoints" / "best.pt"
+        self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
+        self.checkpoint_path, self.best_path = self.checkpoints.last, self.checkpoints.best
         save_config(cfg, self.run_dir / "config.yaml")
         self.stats = EpisodeStats(cfg.run.window)
         self.iteration = self.episodes = self.env_steps = self.updates = 0
@@ -119,6 +63,7 @@ class Trainer:
         # what best.pt holds: {"kind": "goal_episode" | "evaluation", "score", "iteration", "env_steps"}
         self.best: dict | None = None
         self._best_due = False  # a new best evaluation, to save with the iteration's checkpoint
+        checkpoint = self.checkpoints.resume(report=_warn) if resume else None
         self.restored = checkpoint
         if checkpoint is not None:
             t = checkpoint["trainer"]
@@ -128,7 +73,7 @@ class Trainer:
             self.eval_s = float(t.get("eval_s", 0.0))
             self.stats.load_state_dict(t["stats"])
             # best.pt may be newer than last.pt (a new best evaluation between periodic checkpoints)
-            self.best = load_checkpoint(self.best_path)["trainer"]["best"] if self.best_path.exists() else None
+            self.best = self._restore_best()
             self.goal_saved = self.best is not None and self.best["kind"] == "goal_episode"
         self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
@@ -138,30 +83,52 @@ class Trainer:
         self._rate_mark = (self._start, self.env_steps, self.updates)
         self._rates = (0.0, 0.0)
         self.interrupted = False
-        self._old_sigint = None
+        self._old_handlers: dict = {}
         self.stop_reason: str | None = None
         self.display_extra: dict[str, float] = {}  # columns of a backend (Ray: dropped, restarts) for the display
+
+    def _restore_best(self) -> dict | None:
+        """What ``best.pt`` holds (it may be newer than ``last.pt``: a new best evaluation between
+        periodic checkpoints); an unreadable one is reported and replaced by the next best."""
+        if not self.best_path.exists():
+            return None
+        try:
+            return load_checkpoint(self.best_path)["trainer"]["best"]
+        except CheckpointError as e:
+            _warn(f"{e}\n  it will be replaced by the next best model")
+            return None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> Trainer:
         self.progress.__enter__()
-        try:
-            self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
-        except ValueError:  # not the main thread (e.g. a notebook worker): no Ctrl-C handling
-            self._old_sigint = None
+        self._old_handlers = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old_handlers[signum] = signal.signal(signum, self._on_stop_signal)
+            except ValueError:  # not the main thread (e.g. a notebook worker): no signal handling
+                break
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._old_sigint is not None:
-            signal.signal(signal.SIGINT, self._old_sigint)
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
         self.progress.__exit__(*exc)
         self.metrics.close()
 
-    def _on_sigint(self, signum, frame) -> None:
-        if self.interrupted:  # second Ctrl-C: stop now
+    def _on_stop_signal(self, signum, frame) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if self.interrupted:  # the second one: stop now
             raise KeyboardInterrupt
         self.interrupted = True
-        self.progress.message("Ctrl-C: finishing the iteration, writing a checkpoint (Ctrl-C again to abort)")
+        self.say(f"{name}: finishing the iteration, writing a checkpoint ({name} again to abort)")
+
+    def say(self, text: str) -> None:
+        """A line for the user: above the live display, or on stderr without one (a batch job's
+        log should still say what happened)."""
+        if self.progress.enabled:
+            self.progress.message(text)
+        else:
+            print(f"mlxe: {text}", file=sys.stderr)
 
     @property
     def wall_s(self) -> float:
@@ -310,18 +277,17 @@ class Trainer:
     # -- outputs -----------------------------------------------------------------------------------
     def save(self, roles: dict) -> None:
         """Write ``last.pt``: the counters plus ``roles`` (learner, weights, executors states)."""
-        save_checkpoint(self.checkpoint_path, self._checkpoint(roles))
+        self.checkpoints.save_last(self._checkpoint(roles), self.iteration)
 
     def save_best(self, roles: dict, kind: str, score: float) -> None:
         """Write ``best.pt`` (a whole checkpoint: it can be evaluated or resumed from)."""
         self.best = {"kind": kind, "score": score, "iteration": self.iteration, "env_steps": self.env_steps}
         self.goal_saved = kind == "goal_episode"
         self._best_due = False
-        save_checkpoint(self.best_path, self._checkpoint(roles))
+        self.checkpoints.save_best(self._checkpoint(roles))
 
     def _checkpoint(self, roles: dict) -> dict:
         return {
-            "format": CHECKPOINT_FORMAT,
             "trainer": {
                 "iteration": self.iteration,
                 "episodes": self.episodes,
@@ -377,3 +343,7 @@ class Trainer:
                 self.run_dir / "episodes.csv", self.run_dir / "learning_curve.png", self.cfg.run.window, self.cfg.name
             )
         return summary
+
+
+def _warn(message: str) -> None:
+    print(f"mlxe: warning: {message}", file=sys.stderr)

@@ -82,6 +82,31 @@ def plot_learning_curve(
     return _save(fig, plt, out_png)
 
 
+def plot_runs(run_dirs: list, out_png: str | Path, labels: list[str] | None = None) -> Path:
+    """Overlay runs (a seed sweep, the architectures, ...) from their ``metrics.csv``: the
+    moving-average return (lines) and the greedy evaluations (dots) against env steps and against
+    wall seconds; returns ``out_png``. A directory without metrics is a FileNotFoundError naming it."""
+    plt = _pyplot()
+    fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for i, run in enumerate(run_dirs):
+        data = read_csv(Path(run) / "metrics.csv")
+        if not data.get("env_steps", np.zeros(0)).size:
+            raise FileNotFoundError(f"no metrics in {Path(run) / 'metrics.csv'}")
+        label, color = labels[i] if labels else Path(run).name, f"C{i % 10}"
+        evaluated = np.isfinite(data["eval_return"]) if "eval_return" in data else np.zeros(len(data["env_steps"]), bool)
+        for ax, x in ((by_steps, data["env_steps"]), (by_time, data["wall_s"])):
+            ax.plot(x, data["ma_return"], "-", color=color, linewidth=1.5, label=label)
+            ax.plot(x[evaluated], data["eval_return"][evaluated] if evaluated.any() else [], "o", color=color, markersize=3)
+    by_steps.set_xlabel("env steps")
+    by_time.set_xlabel("wall seconds")
+    by_steps.set_ylabel("return (lines: moving average; dots: greedy evaluation)")
+    for ax in (by_steps, by_time):
+        ax.grid(True, alpha=0.3)
+    by_steps.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    return _save(fig, plt, Path(out_png))
+
+
 def line_chart(x, y, xlabel: str, ylabel: str, out_png: Path, title: str = "") -> Path:
     """One curve of ``y`` against ``x`` (NaNs left out); returns ``out_png``."""
     plt = _pyplot()

@@ -17,7 +17,7 @@ from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.device import resolve_device
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.trainer import _to_torch
+from mlxe.runtime.checkpoints import _to_torch
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")

@@ -187,3 +187,26 @@ def test_frame_stack_and_wrappers_apply_in_order():
 def test_bad_wrappers_name_their_entry(wrappers, match):
     with pytest.raises(ConfigError, match=match):
         make_env("CartPole-v1", wrappers=wrappers)
+
+
+@pytest.mark.parametrize(("config", "env_id", "cap"), [
+    ("configs/pendulum_ppo.yaml", "MountainCarContinuous-v0", 999),
+    ("configs/cartpole_ppo.yaml", "Acrobot-v1", 500),
+    ("configs/pendulum_sac.yaml", "Pendulum-v1", 200),
+])
+def test_a_config_without_a_cap_keeps_the_environment_s_own(config: str, env_id: str, cap: int) -> None:
+    from mlxe.config import load_config
+    from mlxe.envs.factory import make_env_from_config
+
+    cfg = load_config(config, [f"env.id={env_id}"])
+    assert cfg.env.max_episode_steps is None
+    assert make_env_from_config(cfg).spec.max_episode_steps == cap
+    assert make_env_from_config(load_config(config, [f"env.id={env_id}", "env.max_episode_steps=7"])).spec.max_episode_steps == 7
+
+
+def test_the_main_job_sets_its_cap_explicitly() -> None:
+    from mlxe.config import load_config
+    from mlxe.envs.vector import CartPoleVec
+
+    assert load_config("configs/cartpole_a3c.yaml").env.max_episode_steps == 50_000
+    assert CartPoleVec(2).max_episode_steps == 500  # the fast CartPole-v1 without a cap: the env's own

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.transport.workers import WorkerFailed
 from mlxe.telemetry.metrics import read_csv
 
@@ -52,11 +52,12 @@ def test_resume_continues_counters_and_reloads_weights(make_config):
 
 
 @pytest.mark.parametrize("arch", ["is", "istb", "ia", "oa"])
-def test_executor_that_raises_stops_the_run_with_its_error(make_config, arch):
+def test_executor_that_keeps_raising_stops_the_run_with_its_error(make_config, arch):
     cfg = make_config(f"arch={arch}", "env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 7}",
-                      "env.task.enabled=false", "stop.max_episodes=10", "executors=1" if arch == "oa" else "executors=2")
+                      "env.task.enabled=false", "stop.max_episodes=10", "executors=1" if arch == "oa" else "executors=2",
+                      "run.max_restarts=1")
     start = time.monotonic()
-    with pytest.raises(WorkerFailed, match=r"executor-\d failed: RuntimeError: boom at step 7"):
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: RuntimeError: boom at step 7 \(failure 2, run"):
         mlxe.train(cfg)
     assert time.monotonic() - start < 30
     run_dir = next((Path(cfg.run.dir)).iterdir())
@@ -64,10 +65,10 @@ def test_executor_that_raises_stops_the_run_with_its_error(make_config, arch):
     assert summary["stop_reason"] == "error" and "boom at step 7" in summary["error"]
 
 
-def test_executor_process_that_dies_is_reported(make_config):
+def test_executor_process_that_keeps_dying_is_reported(make_config):
     cfg = make_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 3, hard: true}",
-                      "env.task.enabled=false", "stop.max_episodes=10")
-    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died \(exit code 3\)"):
+                      "env.task.enabled=false", "stop.max_episodes=10", "run.max_restarts=0")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died \(exit code 3\) \(failure 1, run\.max_restarts=0\)"):
         mlxe.train(cfg)
 
 

@@ -12,7 +12,7 @@ import torch
 
 import mlxe
 from mlxe.config import ConfigError, load_config
-from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.checkpoints import load_checkpoint
 from tests.algos.test_device import tensors
 from tests.conftest import small_config
 

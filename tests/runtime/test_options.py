@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.checkpoints import load_checkpoint
 
 OPTIONS = {
     "mmuf": ["algo.min_updates=16"],

@@ -6,8 +6,8 @@ import pytest
 import mlxe
 from mlxe.config import load_config
 from mlxe.models.actor_critic import net_spec
+from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.rollout import RolloutExecutor, make_vector_env
-from mlxe.runtime.trainer import load_checkpoint
 from mlxe.runtime.transport.weights import SharedWeights
 
 

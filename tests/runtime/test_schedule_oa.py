@@ -2,7 +2,7 @@
 
 import mlxe
 from mlxe.config import load_config
-from mlxe.runtime.trainer import load_checkpoint
+from mlxe.runtime.checkpoints import load_checkpoint
 
 
 def oa_config(tmp_path, *overrides):

@@ -8,7 +8,7 @@ import torch
 
 import mlxe
 from mlxe.config import load_config
-from mlxe.runtime.trainer import checkpoint_file, load_checkpoint
+from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint, save_checkpoint
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "start_method=fork"]
 
@@ -91,7 +91,7 @@ def test_a_resume_keeps_the_best_score_of_best_pt_even_when_last_pt_is_older(tmp
     # last.pt knows of no best yet
     state = load_checkpoint(first.run_dir)
     state["trainer"]["best"] = None
-    torch.save(state, first.run_dir / "checkpoints" / "last.pt")
+    save_checkpoint(first.run_dir / "checkpoints" / "last.pt", state)
     more = mlxe.train(overrides=["stop.max_env_steps=1536"], resume=first.run_dir)
     assert more.summary["best"]["score"] >= best["score"]
 

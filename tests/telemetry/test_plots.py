@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from mlxe.telemetry.metrics import MetricsWriter
-from mlxe.telemetry.plots import bar_chart, moving_average, plot_learning_curve
+from mlxe.telemetry.plots import bar_chart, moving_average, plot_learning_curve, plot_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -53,3 +53,23 @@ def test_bar_chart_with_nan(tmp_path):
 def test_bar_chart_length_mismatch(tmp_path):
     with pytest.raises(ValueError):
         bar_chart(["a"], [1.0, 2.0], [1.0], [1.0], "y", tmp_path / "x.png")
+
+
+def _run(tmp_path, name, rows, evaluated):
+    run = tmp_path / name
+    with MetricsWriter(run, tensorboard=False) as w:
+        for i in range(rows):
+            w.log({"iteration": i + 1, "env_steps": 256 * (i + 1), "wall_s": 0.5 * (i + 1), "ma_return": float(i),
+                   "eval_return": float(2 * i) if evaluated and i % 5 == 4 else ""})
+    return run
+
+
+def test_plot_runs_overlays_runs_with_and_without_evaluations(tmp_path):
+    from mlxe.cli import main
+
+    runs = [_run(tmp_path, "a", 20, True), _run(tmp_path, "b", 12, False)]
+    assert _is_png(plot_runs(runs, tmp_path / "both.png", ["seed 0", "seed 1"]))
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "cli.png")]) == 0 and _is_png(tmp_path / "cli.png")
+    assert main(["plot", *map(str, runs), "--labels", "only-one"]) == 2
+    with pytest.raises(FileNotFoundError, match="no metrics in .*missing"):
+        plot_runs([tmp_path / "missing"], tmp_path / "x.png")

@@ -4,10 +4,10 @@ Every call is an ObjectRef the driver waits on with ``ray.wait``; ``poll`` retur
 are ready. An actor whose process (or node) dies is *replaced*: its calls in flight are discarded,
 a new actor with a fresh RNG stream takes its place in the same placement bundle, the restart is
 counted, and the schedule sees the Executor idle again. Nothing of the Learner lives in an Executor, so
-nothing of it is lost. After ``ray.max_restarts`` replacements of one Executor, or when an actor's
-constructor raises (its environment or config cannot start), the run stops with
-:class:`~mlxe.runtime.transport.workers.WorkerFailed`. An exception raised inside a method stops the
-run the same way, with the actor's traceback, as on the local backend.
+nothing of it is lost. An actor whose method raises is replaced the same way, as on the local
+backend. After ``run.max_restarts`` replacements of one Executor, or when an actor's constructor
+raises (its environment or config cannot start), the run stops with
+:class:`~mlxe.runtime.transport.workers.WorkerFailed` and the actor's error.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mlxe.runtime.ray.stats import RunStats
+from mlxe.runtime.setup import replacement_seed
 from mlxe.runtime.transport.workers import WorkerFailed
 
 
@@ -45,9 +46,7 @@ class ExecutorSet:
             self._start(i, states[i] if states else None)
 
     def _start(self, i: int, state: dict | None) -> None:
-        restarts = self.stats.executors[i].restarts
-        # A replacement gets its own RNG stream: replaying the dead actor's would repeat its episodes.
-        seed = self.seeds[i] if restarts == 0 else int(np.random.SeedSequence([self.seeds[i], restarts]).generate_state(1)[0])
+        seed = replacement_seed(self.seeds[i], self.stats.executors[i].restarts)
         self.generation[i] += 1
         name = f"{self.prefix}executor-{i}.{self.generation[i]}"
         self.actors[i] = self.remote.options(
@@ -99,19 +98,19 @@ class ExecutorSet:
         name = f"executor-{call.index}"
         try:
             return ray.get(ref)
-        except RayTaskError as e:  # the method raised: a bug or a broken environment, not a crash
-            raise WorkerFailed(name, str(e)) from None
-        except RayActorError as e:
-            status = self.stats.executors[call.index]
-            if e.actor_init_failed:  # its constructor raised: the environment or config cannot start
+        except (RayTaskError, RayActorError) as e:
+            if isinstance(e, RayActorError) and e.actor_init_failed:  # the environment or config cannot start
                 raise WorkerFailed(name, str(e)) from None
-            if status.restarts >= self.cfg.ray.max_restarts:
-                raise WorkerFailed(name, f"{e}\ndied {status.restarts + 1} times (ray.max_restarts={self.cfg.ray.max_restarts})") from None
-            self.replace(call.index, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            restarts, limit = self.stats.executors[call.index].restarts, self.cfg.run.max_restarts
+            if restarts >= limit:
+                raise WorkerFailed(name, f"{str(e).rstrip()} (failure {restarts + 1}, run.max_restarts={limit})") from None
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            # a method's error ends with its exception; a dead actor's begins with why it died
+            self.replace(call.index, lines[-1] if isinstance(e, RayTaskError) else lines[0])
             return _DEAD
 
     def replace(self, i: int, error: str) -> None:
-        """Executor ``i`` died: drop its calls in flight, start a replacement in its bundle."""
+        """Executor ``i`` failed: drop its calls in flight, start a replacement in its bundle."""
         import ray
 
         self._calls = {r: c for r, c in self._calls.items() if c.index != i}

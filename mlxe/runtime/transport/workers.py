@@ -6,8 +6,8 @@ pass them by reference through queues, processes through one pipe each (pickled 
 i.e. once per episode, never per step).
 
 A worker that raises reports ``("error", traceback)``; a process that dies without a word is seen
-through its sentinel. Either way ``recv`` raises :class:`WorkerFailed` naming the worker: a crash
-stops the run with a clear error instead of a hang.
+through its sentinel. Either way ``recv`` raises :class:`WorkerFailed` naming the worker, never a
+hang; the coordinator may then ``restart`` it with new arguments.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ def _run_guarded(fn: Callable, channel: Any, args: tuple) -> None:
 
 
 def _process_main(conn: connection.Connection, fn: Callable, args: tuple, threads: int) -> None:
-    # Ctrl-C goes to the whole process group: let the coordinator decide, then tell us to stop.
+    # Ctrl-C (and a scheduler's SIGTERM) goes to the whole process group: let the coordinator
+    # decide, then tell us to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # for what the role imports from here on
     limit_threads(threads)  # NumPy's BLAS, already loaded to unpickle the arguments
     _run_guarded(fn, conn, args)
@@ -74,14 +76,25 @@ class ThreadPool:
 
     def __init__(self, workers: list[tuple[str, Callable, tuple]]) -> None:
         self.names = [name for name, _, _ in workers]
+        self._fns = [fn for _, fn, _ in workers]
         self._outbox: queue.Queue = queue.Queue()
-        self._inboxes = [queue.Queue() for _ in workers]
-        self._threads = []
-        for i, (name, fn, args) in enumerate(workers):
-            channel = _ThreadChannel(i, self._inboxes[i], self._outbox)
-            t = threading.Thread(target=_run_guarded, args=(fn, channel, args), name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._inboxes: list[queue.Queue] = [queue.Queue() for _ in workers]
+        self._threads: list[threading.Thread] = []
+        for i, (_, _, args) in enumerate(workers):
+            self._threads.append(self._start(i, args))
+
+    def _start(self, i: int, args: tuple) -> threading.Thread:
+        channel = _ThreadChannel(i, self._inboxes[i], self._outbox)
+        t = threading.Thread(target=_run_guarded, args=(self._fns[i], channel, args), name=self.names[i], daemon=True)
+        t.start()
+        return t
+
+    def restart(self, i: int, args: tuple) -> None:
+        """Replace worker ``i``, which failed (its function returned after reporting), by a new
+        thread running the same function with ``args``; messages not yet read by the old one are dropped."""
+        self._threads[i].join(1.0)
+        self._inboxes[i] = queue.Queue()
+        self._threads[i] = self._start(i, args)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -113,15 +126,34 @@ class ProcessPool:
 
     def __init__(self, workers: list[tuple[str, Callable, tuple]], ctx, threads: int = 1) -> None:
         self.names = [name for name, _, _ in workers]
+        self._fns = [fn for _, fn, _ in workers]
+        self._ctx, self._compute_threads = ctx, threads
         self._conns: list[connection.Connection] = []
         self._procs = []
-        for name, fn, args in workers:
-            parent, child = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_process_main, args=(child, fn, args, threads), name=name, daemon=True)
-            p.start()
-            child.close()
-            self._conns.append(parent)
-            self._procs.append(p)
+        for i, (_, _, args) in enumerate(workers):
+            conn, proc = self._start(i, args)
+            self._conns.append(conn)
+            self._procs.append(proc)
+
+    def _start(self, i: int, args: tuple):
+        parent, child = self._ctx.Pipe(duplex=True)
+        p = self._ctx.Process(
+            target=_process_main, args=(child, self._fns[i], args, self._compute_threads), name=self.names[i], daemon=True
+        )
+        p.start()
+        child.close()
+        return parent, p
+
+    def restart(self, i: int, args: tuple) -> None:
+        """Replace worker ``i``, which failed (died, or raised and is exiting), by a new process
+        running the same function with ``args``."""
+        old = self._procs[i]
+        old.join(1.0)
+        if old.is_alive():  # it ignores SIGTERM
+            old.kill()
+            old.join(1.0)
+        self._conns[i].close()
+        self._conns[i], self._procs[i] = self._start(i, args)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -130,7 +162,8 @@ class ProcessPool:
         try:
             self._conns[i].send(msg)
         except (BrokenPipeError, OSError):
-            raise WorkerFailed(self.names[i], f"exited (code {self._procs[i].exitcode})") from None
+            self._procs[i].join(1.0)
+            raise WorkerFailed(self.names[i], f"died (exit code {self._procs[i].exitcode})") from None
 
     def recv(self, timeout: float | None = None) -> tuple[int, tuple] | None:
         """The next message as ``(worker index, msg)``, or None after ``timeout`` seconds."""
@@ -162,8 +195,8 @@ class ProcessPool:
                 pass
         for p in self._procs:
             p.join(timeout)
-            if p.is_alive():
-                p.terminate()
+            if p.is_alive():  # it ignores SIGTERM
+                p.kill()
                 p.join(1.0)
         for c in self._conns:
             c.close()

@@ -13,19 +13,36 @@ from typing import Any
 
 import numpy as np
 
+from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.ray.actors import RolloutActor
 from mlxe.runtime.ray.run import run_ray
-from mlxe.runtime.trainer import Trainer, load_checkpoint, new_run_dir
+from mlxe.runtime.trainer import Trainer, new_run_dir
 from mlxe.telemetry.metrics import read_csv
 
 
 def train_with(cfg, actor_class: type = RolloutActor) -> tuple[Path, dict]:
     """What ``mlxe.train`` does, with ``actor_class`` as the Executor actor: (run dir, summary)."""
     run_dir = new_run_dir(cfg)
-    with Trainer(cfg, run_dir, None, False) as trainer:
+    with Trainer(cfg, run_dir, False, False) as trainer:
         reason = run_ray(cfg, trainer, actor_class)
         trainer.stop_clock()
         return run_dir, trainer.summary(reason)
+
+
+def assert_same_state(a: Any, b: Any, where: str = "state") -> None:
+    """Two checkpoint states (nested dicts and lists of tensors and plain values) are equal."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    elif hasattr(a, "shape"):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
+    else:
+        assert a == b, where
 
 
 def status(run_dir: Path) -> dict:

@@ -15,9 +15,9 @@ ray = pytest.importorskip("ray")
 
 import mlxe  # noqa: E402
 from mlxe.config import ConfigError, load_config  # noqa: E402
+from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
 from mlxe.runtime.ray.backend import _local_cpus, resolve_executors  # noqa: E402
 from mlxe.runtime.ray.stats import print_status  # noqa: E402
-from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_with, when_status  # noqa: E402
 from tests.runtime.ray.slow import Paced  # noqa: E402
@@ -141,6 +141,17 @@ def test_config_rules_of_the_learner_actor(path, overrides, match):
     assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "ray.learner_num_gpus=1"]).ray.learner_num_gpus == 1.0
 
 
-def test_the_off_policy_learners_stay_in_the_driver(tmp_path):
-    with pytest.raises(ConfigError, match=r"ray\.learner_num_gpus: 1\.0 is not supported with algo\.name 'sac' yet"):
-        load_config("configs/pendulum_sac.yaml", [*QUIET, "ray.learner_num_gpus=1"])
+def test_the_off_policy_learner_in_its_actor_replays_the_driver_run(tmp_path):
+    """SAC's Learner (actor, twin critics, one replay for both Executors) in an actor of its own:
+    the same episodes, gradient steps and networks as in the driver."""
+    budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1200"]
+    driver = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'driver'}", *budget]))
+    actor = mlxe.train(load_config("configs/pendulum_sac.yaml",
+                                   [f"run.dir={tmp_path / 'actor'}", "ray.learner_num_gpus=1", *budget]))
+    for key in ("episodes", "env_steps", "updates", "best_return"):
+        assert actor.summary[key] == driver.summary[key], key
+    a, b = (load_checkpoint(r.run_dir)["learner"] for r in (driver, actor))
+    for module in ("main", "critic"):
+        for name, tensor in a[module].items():
+            assert (tensor == b[module][name]).all(), (module, name)
+    assert status(actor.run_dir)["learner"]["actor"]

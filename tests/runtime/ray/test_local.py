@@ -8,7 +8,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import mlxe  # noqa: E402
-from mlxe.runtime.trainer import load_checkpoint  # noqa: E402
+from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402
 from tests.runtime.ray.helpers import kill_executor_0, local_ray, status, train_with, when_status  # noqa: E402
@@ -109,8 +109,8 @@ def test_an_executor_that_raises_stops_the_run_with_its_error(ray_config):
 
 def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(ray_config):
     cfg = ray_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 3, hard: true}",
-                     "env.task.enabled=false", "stop.max_episodes=10", "ray.max_restarts=1")
-    with pytest.raises(WorkerFailed, match=r"executor-\d failed: died 2 times \(ray.max_restarts=1\)"):
+                     "env.task.enabled=false", "stop.max_episodes=10", "run.max_restarts=1")
+    with pytest.raises(WorkerFailed, match=r"executor-\d failed: .* \(failure 2, run\.max_restarts=1\)"):
         mlxe.train(cfg)
 
 

@@ -1,0 +1,131 @@
+"""Checkpoints you can trust: checksums, clear errors naming the file, rotation, the fallback of ``--resume``."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import mlxe
+from mlxe.cli import main
+from mlxe.config import ConfigError, load_config
+from mlxe.runtime.checkpoints import FORMAT, CheckpointDir, CheckpointError, load_checkpoint, save_checkpoint
+
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "start_method=fork"]
+
+
+def state_of(iteration: int) -> dict:
+    return {"trainer": {"iteration": iteration}, "learner": {"w": torch.arange(256, dtype=torch.float32) * iteration}}
+
+
+def flip_a_bit_of(path, data: bytes) -> None:
+    """Flip one bit inside ``data`` where it is stored in ``path`` (a tensor's bytes)."""
+    raw = bytearray(path.read_bytes())
+    at = raw.find(data)
+    assert at >= 0
+    raw[at + len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+
+def test_a_checkpoint_round_trips_with_its_format_and_checksum(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, state_of(3))
+    state = load_checkpoint(path)
+    assert state["format"] == FORMAT and "checksum" not in state
+    assert torch.equal(state["learner"]["w"], state_of(3)["learner"]["w"])
+    assert not (tmp_path / "c.pt.tmp").exists()
+
+
+def test_the_digest_reads_strided_and_broadcast_tensors(tmp_path):
+    path = tmp_path / "c.pt"
+    broadcast = np.lib.stride_tricks.as_strided(np.array([3]), (1,), (0,))  # "contiguous", stride 0
+    state = {"a": broadcast, "b": torch.arange(12.0).reshape(3, 4).t(), "c": torch.from_numpy(np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), (0,), (0,)))}
+    save_checkpoint(path, state)
+    loaded = load_checkpoint(path)
+    assert loaded["a"].tolist() == [3] and torch.equal(loaded["b"], state["b"])
+
+
+def test_a_flipped_bit_in_a_tensor_is_a_checksum_error_naming_the_file(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, state_of(3))
+    torch.load(path, weights_only=True)  # torch itself does not notice what follows
+    flip_a_bit_of(path, state_of(3)["learner"]["w"].numpy().tobytes()[256:512])
+    torch.load(path, weights_only=True)
+    with pytest.raises(CheckpointError, match=rf"^{path}: checksum mismatch: the file was corrupted or modified"):
+        load_checkpoint(path)
+
+
+def test_a_truncated_file_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, state_of(3))
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=rf"^{path}: cannot be read, the file is truncated or corrupted \("):
+        load_checkpoint(path)
+
+
+def test_rotation_keeps_the_newest_k_and_a_repeated_iteration_replaces_last_pt(tmp_path):
+    folder = CheckpointDir(tmp_path, keep=3)
+    for iteration in (10, 20, 30, 40, 40):
+        folder.save_last(state_of(iteration), iteration)
+    assert [p.name for p in folder.history()] == ["last.pt", "iter-00000030.pt", "iter-00000020.pt"]
+    assert [load_checkpoint(p)["trainer"]["iteration"] for p in folder.history()] == [40, 30, 20]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter-00000020.pt", "iter-00000030.pt", "last.pt"]
+    only = CheckpointDir(tmp_path / "one", keep=1)
+    for iteration in (1, 2):
+        only.save_last(state_of(iteration), iteration)
+    assert [p.name for p in only.history()] == ["last.pt"]
+
+
+def test_resume_falls_back_to_the_newest_valid_checkpoint_and_sets_the_bad_ones_aside(tmp_path):
+    folder = CheckpointDir(tmp_path, keep=3)
+    for iteration in (10, 20, 30):
+        folder.save_last(state_of(iteration), iteration)
+    folder.last.write_bytes(folder.last.read_bytes()[:100])  # truncated
+    flip_a_bit_of(tmp_path / "iter-00000020.pt", state_of(20)["learner"]["w"].numpy().tobytes()[256:512])
+    reports = []
+    state = CheckpointDir(tmp_path, keep=3).resume(report=reports.append)
+    assert state["trainer"]["iteration"] == 10
+    assert reports[0].startswith(f"{tmp_path / 'last.pt'}: cannot be read") and "last.pt.corrupt" in reports[0]
+    assert reports[1].startswith(f"{tmp_path / 'iter-00000020.pt'}: checksum mismatch")
+    assert reports[2] == f"resuming from {tmp_path / 'iter-00000010.pt'} (iteration 10), the newest valid checkpoint"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter-00000010.pt", "iter-00000020.pt.corrupt",
+                                                          "last.pt.corrupt"]
+    (tmp_path / "iter-00000010.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no valid checkpoint to resume from:\n  .*iter-00000010.pt: cannot"):
+        CheckpointDir(tmp_path, keep=3).resume(report=reports.append)
+
+
+def test_a_run_resumes_from_an_older_checkpoint_when_its_last_is_truncated(tmp_path, capsys):
+    overrides = [f"run.dir={tmp_path}", *QUIET, "run.checkpoint_every=1", "run.keep_checkpoints=2",
+                 "stop.max_env_steps=1024", "run.eval_after=0", "stop.eval_return=null"]
+    first = mlxe.train(load_config("configs/cartpole_ppo.yaml", overrides))
+    folder = first.run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["iter-00000003.pt", "last.pt"]  # 4 iterations of 256
+    last = load_checkpoint(folder / "last.pt")
+    (folder / "last.pt").write_bytes((folder / "last.pt").read_bytes()[:1000])
+    assert main(["train", "--resume", str(first.run_dir), "--no-progress", "stop.max_env_steps=1536"]) == 0
+    err = capsys.readouterr().err
+    assert f"{folder / 'last.pt'}: cannot be read" in err
+    assert f"resuming from {folder / 'iter-00000003.pt'} (iteration 3)" in err
+    summary = json.loads((first.run_dir / "summary.json").read_text())
+    assert summary["iterations"] == 6 and summary["env_steps"] == 1536  # 3 again from iteration 3
+    assert load_checkpoint(folder / "last.pt")["trainer"]["iteration"] == 6
+    assert last["trainer"]["iteration"] == 4
+
+
+def test_an_unreadable_best_pt_is_reported_and_replaced(tmp_path, capsys):
+    overrides = [f"run.dir={tmp_path}", *QUIET, "stop.eval_every=1", "stop.eval_return=600", "run.eval_after=0",
+                 "stop.max_env_steps=512"]
+    first = mlxe.train(load_config("configs/cartpole_ppo.yaml", overrides))
+    best = first.run_dir / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[:500])
+    more = mlxe.train(overrides=["stop.max_env_steps=1024"], resume=first.run_dir)
+    assert f"mlxe: warning: {best}: cannot be read" in capsys.readouterr().err
+    saved = load_checkpoint(best)["trainer"]["best"]
+    assert saved == {k: v for k, v in more.summary["best"].items() if k != "checkpoint"}
+    assert saved["iteration"] > 2  # a best evaluation of the resumed run
+
+
+def test_keep_checkpoints_must_be_positive():
+    with pytest.raises(ConfigError, match=r"yaml: run\.keep_checkpoints: 0 is not allowed; expected a value > 0"):
+        load_config("configs/cartpole_ppo.yaml", ["run.keep_checkpoints=0"])
