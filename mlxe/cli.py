@@ -149,6 +149,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.env, args.algo, steps=args.steps, seeds=args.seeds, eval_episodes=args.eval_episodes,
             config=args.config, sb3_python=args.sb3_python, overrides=args.overrides, out_dir=args.out,
         )
+    elif args.bench == "soak":
+        from mlxe.bench.soak import bench_soak
+
+        out = bench_soak(
+            args.minutes, every=args.every, warmup=args.warmup, only=args.only.split(",") if args.only else None,
+            overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "atari":
         from mlxe.bench.atari import bench_atari
 
@@ -256,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seeds", type=int, default=1)
     b.add_argument("--eval-episodes", type=int, default=10)
     b.add_argument("--sb3-python", default=None, help=sb3_help)
+    b = bench_parser("soak", "resident memory of every process of long runs (A3C OA with replay, PPO) and its growth", None)
+    b.add_argument("--minutes", type=float, default=60.0, help="wall time of each run")
+    b.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    b.add_argument("--warmup", type=float, default=0.2, help="fraction of the run before growth is measured")
+    b.add_argument("--only", default=None, help="comma-separated variants: a3c-oa, ppo")
     b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_zoo.yaml")
     b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
     b.add_argument("--envs", type=_counts, default="8", help="comma-separated environments per Executor")

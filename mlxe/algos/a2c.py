@@ -32,6 +32,7 @@ import numpy as np
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import LOG_SQRT_2PI, log_prob_entropy
+from mlxe.algos.optim import Deferred
 from mlxe.algos.returns import gae
 from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm as AlgorithmBase
@@ -235,7 +236,7 @@ class A2C(AlgorithmBase):
         self.flat = share_flat(self.main)  # the optimizer steps this one vector; the module's tensors are views
         self.backprop = self.make_backprop()
         self.backprop_checked = False
-        self.optimizer = self.make_optimizer()
+        self.optimizer = Deferred(self.make_optimizer)
         self.rng = np.random.default_rng(seed)
         self.epochs, self.minibatch = self.passes()
         self.observed: list[dict[str, np.ndarray]] = []  # training rows of the segments since the last update

@@ -39,6 +39,7 @@ import numpy as np
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
+from mlxe.algos.optim import Deferred
 from mlxe.algos.returns import discounted_returns, nstep_returns
 from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
@@ -275,7 +276,7 @@ class A3C(Algorithm):
         torch.manual_seed(seed)
         self.device = resolve_device(cfg.device)
         self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
-        self.optimizer = torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True)
+        self.optimizer = Deferred(lambda: torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True))
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
         self.replay = EpisodeReplay(
             cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed,

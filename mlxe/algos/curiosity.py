@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.device import to_cpu
+from mlxe.algos.optim import Deferred
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import NetSpec
 
@@ -26,7 +27,7 @@ class IntrinsicReward:
             raise ConfigError("icm.enabled: the curiosity module builds its encoder from model:, not from model.custom")
         self.beta, self.device = icm.beta, device
         self.module = Curiosity(spec, icm.features, icm.hidden, icm.nu).to(device)
-        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=icm.lr)
+        self.optimizer = Deferred(lambda: torch.optim.Adam(self.module.parameters(), lr=icm.lr))
         self.seen = np.zeros(3)  # steps, extrinsic and intrinsic reward since the last metrics()
         self.losses: list = []  # (forward, inverse) per step since the last metrics()
 

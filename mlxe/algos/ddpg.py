@@ -29,6 +29,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from mlxe.algos.device import resolve_device, to_cpu
+from mlxe.algos.optim import Deferred
 from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.exploration import make_action_noise
@@ -228,8 +229,8 @@ class DDPG(Algorithm):
         self.actor_target = self.target_copy(self.actor) if self.has_actor_target else None
         self.critic_target = self.target_copy(self.critic)
         # fused: one kernel per step for all of a network's tensors
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"), fused=True)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"), fused=True)
+        self.actor_optimizer = Deferred(lambda: torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"), fused=True))
+        self.critic_optimizer = Deferred(lambda: torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"), fused=True))
         self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
         self.rng = np.random.default_rng(seed)
         self.target_params = self.online_params = None  # what soft_update moves, listed on first use

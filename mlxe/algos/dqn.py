@@ -31,6 +31,7 @@ import numpy as np
 
 from mlxe.algos.a2c import sample_categorical
 from mlxe.algos.device import resolve_device, to_cpu
+from mlxe.algos.optim import Deferred
 from mlxe.config import AlgoConfig, ConfigError, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.memory.transitions import TransitionReplay
@@ -184,7 +185,7 @@ class DQN(Algorithm):
         self.target = build_torch(spec).to(self.device)
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True)
+        self.optimizer = Deferred(lambda: torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True))
         a = self.algo
         self.replay = TransitionReplay(
             spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.algos import ddpg
+from mlxe.algos.optim import Deferred
 from mlxe.config import ConfigError, check_positive
 from mlxe.core import State
 from mlxe.models.actor_critic import NetSpec
@@ -92,7 +93,7 @@ class SAC(ddpg.DDPG):
         a = self.algo
         self.target_entropy = -float(spec.n_actions) if a.target_entropy is None else a.target_entropy
         self.log_alpha = torch.tensor(math.log(a.ent_coef_init), device=self.device, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=a.lr, fused=True)
+        self.alpha_optimizer = Deferred(lambda: torch.optim.Adam([self.log_alpha], lr=a.lr, fused=True))
 
     def alpha(self):
         """The temperature (a tensor, no gradient)."""

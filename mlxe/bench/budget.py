@@ -18,7 +18,10 @@ import numpy as np
 from mlxe.bench.compare import QUIET, bench_dir, median_range
 from mlxe.bench.solve import sb3
 
-CONFIGS = {("HalfCheetah-v5", "sac"): "configs/halfcheetah_sac.yaml"}
+CONFIGS = {
+    ("HalfCheetah-v5", "sac"): "configs/halfcheetah_sac.yaml",
+    ("HalfCheetah-v5", "td3"): "configs/halfcheetah_td3.yaml",
+}
 
 
 def bench_budget(

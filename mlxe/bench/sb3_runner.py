@@ -11,14 +11,15 @@ anything MLxE needs, and prints one JSON object on its last line. An Atari id us
   steps play ``--eval-episodes`` deterministic episodes and stop once their mean return reaches
   ``--threshold``. The wall time reported excludes the evaluations (as MLxE's ``train_s`` does).
 * ``throughput``: train ``--steps`` env steps with no evaluation; env steps per second of ``learn``.
-* ``startup``: nothing to do but import, build the model and take one env step; the caller times
-  the whole process.
+* ``startup``: import, build the model and take one env step; the seconds from the process's
+  start to then (from Linux's /proc, as MLxE's ``startup_s``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -186,7 +187,13 @@ def startup(args: argparse.Namespace) -> dict:
     model, _, _ = build(args.algo, args.env, args.seed)
     model.env.reset()
     model.env.step([model.env.action_space.sample() for _ in range(model.env.num_envs)])
-    return {}
+    return {"startup_s": process_age_s()}
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc, to 10 ms): MLxE measures its own the same way."""
+    start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return float(Path("/proc/uptime").read_text().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -9,10 +9,10 @@ With ``--sb3-python PATH`` (an interpreter that has ``stable-baselines3`` and ``
 seed also trains Stable-Baselines3 with RL-Zoo's tuned hyper-parameters (``sb3_hp``: ``key=value``
 replacements, e.g. to give it the hyper-parameters of MLxE's config), interleaved with MLxE's run of
 the same seed so both see the same machine. On CartPoleNoVel-v1 (a memory task) MLxE's PPO has an
-LSTM core and the Stable-Baselines3 side is sb3-contrib's RecurrentPPO (RL-Zoo's ``ppo_lstm``). Start-up is the wall time of a whole process
-that imports, builds everything and plays one iteration (MLxE: ``mlxe train`` with a one-iteration
-budget, including its checkpoint; SB3: import, build the model, one env step): an upper bound on
-the time from import to the first env step.
+LSTM core and the Stable-Baselines3 side is sb3-contrib's RecurrentPPO (RL-Zoo's ``ppo_lstm``).
+Start-up is the time from a process's start to its first env steps (MLxE: ``mlxe train``, to the
+arrival of its first rollout, ``startup_s`` in ``summary.json``; SB3: import, build the model, one
+env step), measured by each process from Linux's /proc.
 
 Writes ``solve.md`` and ``results.json``.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,13 +53,20 @@ def sb3(python: str, task: str, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def process_seconds(command: list[str]) -> float:
-    """Wall seconds of a whole process (it must succeed)."""
-    started = time.perf_counter()
+def startup_seconds(command: list[str], runs: Path | None = None) -> float:
+    """Seconds from the start of the process ``command`` runs to its first env steps: read from the
+    ``summary.json`` of its run directory under ``runs`` (MLxE), else from the JSON the process
+    prints last (the SB3 runner). It must succeed, on Linux (the age comes from /proc)."""
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
-    return time.perf_counter() - started
+    if runs is not None:
+        result = json.loads(next(runs.glob("*/summary.json")).read_text())
+    else:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result.get("startup_s") is None:
+        raise RuntimeError("start-up is measured from /proc (Linux only)")
+    return float(result["startup_s"])
 
 
 def _ratio(ours: list[float], theirs: list[float]) -> str:
@@ -123,13 +129,13 @@ def bench_solve(
         (out / "results.json").write_text(json.dumps(results, indent=2))
 
     startup = {
-        "mlxe": process_seconds([
+        "mlxe": startup_seconds([
             sys.executable, "-m", "mlxe", "train", str(config), *base, f"stop.max_env_steps={per_iteration}",
-            "stop.eval_return=null", "name=startup", "--no-progress",
-        ])
+            "stop.eval_return=null", "name=startup", f"run.dir={out / 'startup'}", "--no-progress",
+        ], out / "startup")
     }
     if sb3_python:
-        startup["sb3"] = process_seconds([sb3_python, str(SB3_RUNNER), "startup", f"--env={env_id}", f"--algo={sb3_algo}"])
+        startup["sb3"] = startup_seconds([sb3_python, str(SB3_RUNNER), "startup", f"--env={env_id}", f"--algo={sb3_algo}"])
     results["startup_s"] = startup
     (out / "results.json").write_text(json.dumps(results, indent=2))
 

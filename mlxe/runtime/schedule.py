@@ -280,6 +280,7 @@ def train(
     while trainer.check_stop() is None:
         t0 = time.perf_counter()
         collected = collector.gather()
+        trainer.acting_started()
         for segment, episodes, fresh in collected:
             for episode in episodes:
                 trainer.on_episode(episode, count_steps=False)  # episodes span segments

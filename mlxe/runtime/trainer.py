@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -85,6 +86,7 @@ class Trainer:
         self.interrupted = False
         self._old_handlers: dict = {}
         self.stop_reason: str | None = None
+        self.startup_s: float | None = None  # this process's start to its first rollout (Linux)
         self.display_extra: dict[str, float] = {}  # columns of a backend (Ray: dropped, restarts) for the display
 
     def _restore_best(self) -> dict | None:
@@ -129,6 +131,11 @@ class Trainer:
             self.progress.message(text)
         else:
             print(f"mlxe: {text}", file=sys.stderr)
+
+    def acting_started(self) -> None:
+        """Note, once, the time from this process's start to now: its first rollout has arrived."""
+        if self.startup_s is None:
+            self.startup_s = process_age_s()
 
     @property
     def wall_s(self) -> float:
@@ -320,6 +327,7 @@ class Trainer:
             "updates": self.updates,
             "wall_s": round(self.wall_s, 3),
             "eval_s": round(self.eval_s, 3),
+            "startup_s": round(self.startup_s, 3) if self.startup_s is not None else None,
             "best_length": self.stats.best_length,
             "best_return": self.stats.best_return,
             "ma_length": self.stats.ma_length,
@@ -347,3 +355,13 @@ class Trainer:
 
 def _warn(message: str) -> None:
     print(f"mlxe: warning: {message}", file=sys.stderr)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (from Linux's /proc, to 10 ms), or None elsewhere."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")

@@ -109,14 +109,22 @@ def plot_runs(run_dirs: list, out_png: str | Path, labels: list[str] | None = No
 
 def line_chart(x, y, xlabel: str, ylabel: str, out_png: Path, title: str = "") -> Path:
     """One curve of ``y`` against ``x`` (NaNs left out); returns ``out_png``."""
+    return line_charts({"": (x, y)}, xlabel, ylabel, out_png, title)
+
+
+def line_charts(curves: dict[str, tuple], xlabel: str, ylabel: str, out_png: Path, title: str = "") -> Path:
+    """Curves ``{label: (x, y)}`` on one axis (NaNs left out; a legend when labelled); returns ``out_png``."""
     plt = _pyplot()
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    keep = np.isfinite(x) & np.isfinite(y)
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(x[keep], y[keep], "-", linewidth=1.5)
+    for label, (x, y) in curves.items():
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        keep = np.isfinite(x) & np.isfinite(y)
+        ax.plot(x[keep], y[keep], "-", linewidth=1.5, label=label or None)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    if any(curves):
+        ax.legend(loc="best", fontsize="small")
     if title:
         ax.set_title(title)
     fig.tight_layout()

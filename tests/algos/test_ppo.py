@@ -126,7 +126,7 @@ def test_a2c_loss_against_hand_computation():
     expected = -(logp * mb["advantage"]).mean() + 0.5 * ((value - mb["ret"]) ** 2).mean() - 0.1 * entropy
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert learner.epochs == 1 and learner.minibatch is None
-    assert isinstance(learner.optimizer, torch.optim.RMSprop)
+    assert isinstance(learner.optimizer.built(), torch.optim.RMSprop)
 
 
 def test_pg_targets_are_normalized_discounted_returns_cut_at_episode_ends():

@@ -22,6 +22,7 @@ echo "$@" >> {log}
 case "$2" in
   solve) echo '{{"goal_reached": true, "env_steps": 1000, "train_s": 4.0, "eval_s": 1.0, "eval_return": 480.0, "n_envs": 8}}' ;;
   throughput) echo '{{"env_steps": 5000, "wall_s": 2.0, "steps_per_s": 2500.0, "n_envs": 8}}' ;;
+  startup) echo '{{"startup_s": 1.5}}' ;;
   *) echo '{{}}' ;;
 esac
 """)

@@ -98,23 +98,32 @@ def test_kill_9_of_an_executor_process_is_survived(tmp_path):
     assert set(children_of(proc.pid)) & set(executors) == set()
 
 
-@pytest.mark.parametrize("arch", ["istb", "is"])
-def test_sigterm_to_the_process_group_stops_with_a_resumable_checkpoint(tmp_path, arch):
-    proc, run_dir = start_run(tmp_path, f"arch={arch}")
+@pytest.mark.parametrize(("arch", "signum", "delay"), [
+    ("is", signal.SIGTERM, 0.0), ("is", signal.SIGINT, 0.07), ("istb", signal.SIGTERM, 0.19),
+    ("oa", signal.SIGTERM, 0.13), ("oa", signal.SIGINT, 0.31),
+])
+def test_sigint_or_sigterm_to_the_process_group_stops_with_a_resumable_checkpoint(tmp_path, arch, signum, delay):
+    """The signal reaches every process of the job (as a scheduler's SIGTERM, or Ctrl-C in a
+    terminal) at some point of an iteration (acting, learning or writing a checkpoint: one every
+    iteration here); the run finishes the iteration, writes its checkpoint and resumes from it."""
+    proc, run_dir = start_run(tmp_path, f"arch={arch}", "run.checkpoint_every=1",
+                              *(["executors=1"] if arch == "oa" else []))
     try:
-        os.killpg(proc.pid, signal.SIGTERM)  # as a scheduler does: every process of the job
+        time.sleep(delay)
+        os.killpg(proc.pid, signum)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     assert proc.returncode == 0, err
-    assert "mlxe: SIGTERM: finishing the iteration, writing a checkpoint" in err and "stopped: interrupted" in out
+    assert f"mlxe: {name}: finishing the iteration, writing a checkpoint" in err and "stopped: interrupted" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted"
     steps = load_checkpoint(run_dir)["trainer"]["env_steps"]
     assert steps == summary["env_steps"] > 0
     more = mlxe.train(overrides=[f"stop.max_env_steps={steps + 512}", "run.progress=false"], resume=run_dir)
-    assert more.summary["env_steps"] == steps + 512 and more.summary["stop_reason"] == "max_env_steps"
+    assert more.summary["env_steps"] >= steps + 512 and more.summary["stop_reason"] == "max_env_steps"
 
 
 def test_kill_9_of_the_whole_run_resumes_from_its_last_checkpoint(tmp_path):

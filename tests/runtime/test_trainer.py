@@ -108,3 +108,15 @@ def test_under_oa_best_pt_acts_with_the_weights_that_played_the_goal_episode(tmp
     learner_weights = mlxe.models.actor_critic.flat_weights(model)
     # OA: the goal segment was played one version behind the Learner saved beside it
     assert not np.array_equal(best["weights"].numpy(), learner_weights)
+
+
+def test_the_summary_says_how_long_the_process_took_to_its_first_rollout(tmp_path):
+    from mlxe.runtime.trainer import process_age_s
+
+    result = mlxe.train(load_config("configs/cartpole_ppo.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.max_env_steps=512"]))
+    age = process_age_s()
+    if age is None:
+        assert result.summary["startup_s"] is None  # not Linux: no /proc to read it from
+    else:
+        assert 0 < result.summary["startup_s"] < age  # this test process started before the run's first rollout

@@ -107,6 +107,16 @@ def test_an_executor_that_raises_stops_the_run_with_its_error(ray_config):
         mlxe.train(cfg)
 
 
+def test_an_executor_that_raises_once_is_replaced_and_the_run_completes(ray_config, tmp_path):
+    once = tmp_path / "crashed"
+    cfg = ray_config("env.id=tests.runtime.crashing_env:CrashingEnv", f"env.kwargs={{crash_at: 7, once: {once}}}",
+                     "env.task.enabled=false", "stop.max_episodes=20")
+    result = mlxe.train(cfg)
+    assert once.exists() and result.summary["stop_reason"] == "max_episodes"
+    assert read_csv(result.run_dir / "metrics.csv")["restarts"][-1] == 1
+    assert sum(e["restarts"] for e in status(result.run_dir)["executors"]) == 1
+
+
 def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(ray_config):
     cfg = ray_config("env.id=tests.runtime.crashing_env:CrashingEnv", "env.kwargs={crash_at: 3, hard: true}",
                      "env.task.enabled=false", "stop.max_episodes=10", "run.max_restarts=1")
