@@ -96,7 +96,7 @@ class OffPolicyConfig(AlgoConfig):
 
 @dataclass
 class Config(OffPolicyConfig):
-    """``algo:`` of DDPG; the defaults are RELAAX's (its ``app.yaml`` keys map as the README says)."""
+    """``algo:`` of DDPG; the defaults are RELAAX's (its ``app.yaml`` keys map as docs/algorithms.md says)."""
 
     name: str = "ddpg"
     actor_lr: float | None = 1e-4
