@@ -40,14 +40,20 @@ class _Parser(argparse.ArgumentParser):
 def _train(args: argparse.Namespace) -> int:
     from mlxe.api import train
 
-    if args.resume is None and args.config is None:
-        print("mlxe train: give a CONFIG file or --resume RUN_DIR", file=sys.stderr)
-        return 2
     overrides = list(args.overrides)
     config = args.config
-    if args.resume is not None and config is not None and "=" in config:
+    if (args.resume is not None or args.env is not None) and config is not None and "=" in config:
         overrides.insert(0, config)  # `mlxe train --resume RUN k=v`: the first override parsed as CONFIG
         config = None
+    if args.algo is not None and args.env is None:
+        print("mlxe train: --algo goes with --env ID (a config file names its algorithm in algo.name)", file=sys.stderr)
+        return 2
+    if [args.resume, args.env, config].count(None) != 2:
+        print("mlxe train: give one of a CONFIG file, --env ID or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    if args.env is not None:
+        config = _defaults_config(args.env, args.algo, overrides)
+        overrides = []
     progress = False if args.no_progress else None
     result = train(config, overrides, resume=args.resume, progress=progress)
     s = result.summary
@@ -64,6 +70,20 @@ def _train(args: argparse.Namespace) -> int:
             )
     print(f"run directory: {result.run_dir}")
     return 0
+
+
+def _defaults_config(env_id: str, algo: str | None, overrides: list[str]):
+    """The config of ``mlxe train --env ID [--algo NAME]``, with what was chosen printed."""
+    import yaml
+
+    from mlxe.config import from_dict
+    from mlxe.defaults import defaults_for
+
+    chosen = defaults_for(env_id, algo, overrides)
+    cfg = from_dict(chosen.tree)
+    print("no config file: " + "\n  ".join(chosen.notes))
+    print(yaml.safe_dump(chosen.tree, sort_keys=False, default_flow_style=None).rstrip())
+    return cfg
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -189,10 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train from a YAML config (key=value overrides, --resume RUN_DIR)")
+    p = sub.add_parser("train", help="train from a YAML config or --env ID (key=value overrides, --resume RUN_DIR)")
     p.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole_a3c.yaml")
     p.add_argument("overrides", nargs="*", default=[], help="key=value overrides, nested keys with dots: algo.lr=3e-4")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--env", metavar="ID", help="train this environment without a config file (defaults or the zoo)")
+    p.add_argument("--algo", metavar="NAME", help="with --env: the algorithm (default: ppo for Discrete, sac for Box actions)")
     p.add_argument("--no-progress", action="store_true", help="no live display (plain lines only at the end)")
     p.set_defaults(func=_train)
 

@@ -1,0 +1,276 @@
+"""A config for an environment without a config file: ``mlxe train --env ID [--algo NAME]``.
+
+The settings are Stable-Baselines3's defaults for each algorithm (what users compare with), adapted
+where MLxE's runtime differs: on-policy algorithms collect 2 Executors x 8 environments, off-policy
+ones step one environment in the Learner's process, continuous control normalizes observations and
+rewards. What depends on the environment is read from it: the action space picks the algorithm when
+none is given, image observations get the Nature CNN, and the evaluation schedule, the goal and the
+episode cap follow the environment's registration. A tuned entry of the zoo
+(``configs/zoo/<algo>/<env id>.yaml``) replaces the defaults when there is one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlxe.config import ConfigError, apply_overrides
+
+ZOO = Path(__file__).resolve().parents[1] / "configs" / "zoo"
+
+DISCRETE_ONLY = ("a3c", "dqn")
+CONTINUOUS_ONLY = ("ddpg", "td3", "sac")
+OFF_POLICY = ("dqn",) + CONTINUOUS_ONLY
+DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac"}
+
+BUDGET_ENV_STEPS = 1_000_000
+EVAL_EPISODES = 10
+UNCAPPED_EPISODE_STEPS = 1_000  # what the evaluation schedule assumes of an env without a cap
+NATURE_CNN_MIN_SIDE = 36  # the smallest image side the Nature CNN's three layers reduce to >= 1
+
+# Per algorithm: the ``algo:`` section and the layout of one iteration (Executors x environments x
+# steps per environment). Keys left out keep the algorithm's own defaults (``mlxe/algos/<name>.py``).
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ppo": {
+        "algo": {"lr": 3e-4, "batch_size": 64, "epochs": 10, "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2,
+                 "entropy_coef": 0.0, "value_coef": 0.5, "max_grad_norm": 0.5, "anneal_lr": False},
+        "rollout": {"steps": 128},
+    },
+    "a2c": {
+        "algo": {"lr": 7e-4, "gamma": 0.99, "gae_lambda": 1.0, "entropy_coef": 0.0, "value_coef": 0.5,
+                 "max_grad_norm": 0.5, "optimizer": "rmsprop"},
+        "rollout": {"steps": 5},
+    },
+    "pg": {"algo": {"lr": 1e-3, "gamma": 0.99}, "rollout": {"steps": 128}},
+    "trpo": {
+        "algo": {"lr": 1e-3, "gamma": 0.99, "gae_lambda": 0.95, "max_kl": 0.01, "vf_batch_size": 128},
+        "rollout": {"steps": 128},
+    },
+    "a3c": {"algo": {"gamma": 0.99}, "rollout": {}},
+    "dqn": {
+        "algo": {"lr": 1e-4, "gamma": 0.99, "batch_size": 32, "buffer_size": 1_000_000, "learning_starts": 100,
+                 "updates_per_step": 0.25, "target_period": 10_000, "epsilon_end": 0.05, "max_grad_norm": 10.0},
+        "rollout": {"steps": 16},
+    },
+    "sac": {
+        "algo": {"lr": 3e-4, "gamma": 0.99, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 100,
+                 "updates_per_step": 1.0, "tau": 0.005},
+        "rollout": {"steps": 16},
+    },
+    "td3": {
+        "algo": {"actor_lr": 1e-3, "critic_lr": 1e-3, "gamma": 0.99, "batch_size": 256, "buffer_size": 1_000_000,
+                 "learning_starts": 100, "updates_per_step": 1.0, "tau": 0.005,
+                 "noise": {"name": "gaussian", "sigma": 0.1}},
+        "rollout": {"steps": 16},
+    },
+    "ddpg": {
+        "algo": {"actor_lr": 1e-3, "critic_lr": 1e-3, "gamma": 0.99, "batch_size": 256, "buffer_size": 1_000_000,
+                 "learning_starts": 100, "updates_per_step": 1.0, "tau": 0.005, "l2_decay": 0.0,
+                 "noise": {"name": "gaussian", "sigma": 0.1}},
+        "rollout": {"steps": 16},
+    },
+}
+
+
+@dataclass
+class EnvFacts:
+    """What the defaults need to know of an environment."""
+
+    env_id: str
+    action_kind: str  # "discrete" or "continuous"
+    action_space: str  # its repr, for messages
+    observation_space: str
+    image: bool  # observations are images (uint8, 3-D)
+    image_size: tuple[int, int]  # (height, width) of an image observation, else (0, 0)
+    episode_cap: int | None  # the registration's max_episode_steps
+    reward_threshold: float | None  # the registration's reward_threshold
+
+
+@dataclass
+class Defaults:
+    """A config tree for an environment, and where each choice came from."""
+
+    tree: dict[str, Any]
+    algo: str
+    facts: EnvFacts
+    notes: list[str] = field(default_factory=list)  # one line per choice made for the user
+
+
+def inspect_env(env: dict[str, Any]) -> EnvFacts:
+    """Build the environment of an ``env:`` section once and read its spaces and registration."""
+    import gymnasium
+    import numpy as np
+
+    from mlxe.envs.factory import make_env
+
+    spec = dict(env)
+    instance = make_env(
+        spec["id"], kwargs=spec.get("kwargs"), max_episode_steps=spec.get("max_episode_steps"),
+        atari=bool(spec.get("atari", False)), frame_stack=spec.get("frame_stack"), wrappers=spec.get("wrappers"),
+    )
+    try:
+        actions, observations = instance.action_space, instance.observation_space
+        if isinstance(actions, gymnasium.spaces.Discrete):
+            kind = "discrete"
+        elif isinstance(actions, gymnasium.spaces.Box) and len(actions.shape) == 1:
+            kind = "continuous"
+        else:
+            raise ConfigError(
+                f"env.id: {spec['id']!r} has the action space {actions}; the algorithms of this release act in a "
+                "Discrete or a 1-D Box space"
+            )
+        image = (
+            isinstance(observations, gymnasium.spaces.Box)
+            and observations.dtype == np.uint8
+            and len(observations.shape) == 3
+        )
+        # An image is [C, H, W] or [H, W, C]: its two largest sides are its height and width.
+        image_size = tuple(sorted(observations.shape)[1:]) if image else (0, 0)
+        registration = instance.spec
+        return EnvFacts(
+            env_id=spec["id"], action_kind=kind, action_space=str(actions), observation_space=str(observations),
+            image=image, image_size=image_size,
+            episode_cap=registration.max_episode_steps if registration else None,
+            reward_threshold=registration.reward_threshold if registration else None,
+        )
+    finally:
+        instance.close()
+
+
+def check_algo(algo: str, facts: EnvFacts) -> None:
+    """An error naming both when ``algo`` cannot act in the environment's action space."""
+    from mlxe.algos import ALGORITHMS
+
+    if algo not in ALGORITHMS:
+        raise ConfigError(f"--algo: unknown algorithm {algo!r}; expected one of {sorted(ALGORITHMS)}")
+    wrong = (facts.action_kind == "continuous" and algo in DISCRETE_ONLY) or (
+        facts.action_kind == "discrete" and algo in CONTINUOUS_ONLY
+    )
+    if wrong:
+        fits = [a for a in ALGORITHMS if a not in (DISCRETE_ONLY if facts.action_kind == "continuous" else CONTINUOUS_ONLY)]
+        raise ConfigError(
+            f"--algo: {algo!r} cannot act in {facts.env_id}'s action space {facts.action_space}; "
+            f"algorithms for it: {', '.join(fits)}"
+        )
+
+
+def zoo_file(algo: str, env_id: str) -> Path:
+    """Where the zoo's tuned config of ``algo`` on ``env_id`` is (it may not exist)."""
+    return ZOO / algo / f"{env_id.replace('/', '-')}.yaml"
+
+
+def defaults_for(env_id: str, algo: str | None = None, overrides: list[str] | None = None) -> Defaults:
+    """The config tree ``mlxe train --env env_id [--algo algo] overrides`` trains with.
+
+    ``overrides`` are applied last (they win); the ``env.*`` ones are applied before the environment
+    is inspected too, so its kwargs, wrappers or Atari preprocessing shape the defaults.
+    """
+    from mlxe.config import read_yaml
+
+    overrides = list(overrides or [])
+    env_section = apply_overrides({"env": {"id": env_id}}, [o for o in overrides if o.startswith("env.")])["env"]
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        env_section.setdefault("atari", True)
+    facts = inspect_env(env_section)
+    notes = [f"{env_id}: actions {facts.action_space}, observations {facts.observation_space}"]
+    if algo is None:
+        algo = DEFAULT_ALGO[facts.action_kind]
+        notes.append(f"algo.name: {algo} (no --algo: the default for {facts.action_kind} actions)")
+    check_algo(algo, facts)
+
+    zoo = zoo_file(algo, env_id)
+    if zoo.is_file():
+        tree = read_yaml(zoo)
+        notes.append(f"the zoo's tuned config {zoo.relative_to(ZOO.parents[1])}")
+    else:
+        tree = _defaults_tree(algo, facts)
+        tree["env"] = {**tree["env"], **env_section}
+        notes += _describe(tree, facts)
+    apply_overrides(tree, overrides)
+    return Defaults(tree=tree, algo=algo, facts=facts, notes=notes)
+
+
+def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
+    own = copy.deepcopy(ALGO_DEFAULTS[algo])
+    off_policy = algo in OFF_POLICY
+    continuous = facts.action_kind == "continuous"
+    executors, envs = (1, 1) if off_policy else (2, 8)
+    if algo == "dqn":
+        envs = 4
+    if algo == "a3c":
+        envs = 1  # the study's A3C: one environment per Executor
+    tree: dict[str, Any] = {
+        "name": f"{facts.env_id.replace('/', '-').lower()}_{algo}",
+        "seed": 0,
+        # Off-policy: one Executor thread beside the Learner, whose gradient steps dominate the time.
+        "arch": "istb" if off_policy else "is",
+        "executors": executors,
+        "envs_per_executor": envs,
+        "torch_threads": 2 if off_policy else 1,
+        "env": {"id": facts.env_id, "max_episode_steps": None},
+        "model": _model(algo, facts),
+        "algo": {"name": algo, **own["algo"]},
+        "rollout": own["rollout"],
+        # Continuous control: running observation and reward normalization (Stable-Baselines3's
+        # VecNormalize in RL-Zoo's MuJoCo settings) for the on-policy algorithms.
+        "filters": {"obs": continuous and not off_policy and not facts.image, "reward": continuous and not off_policy},
+    }
+    if algo == "dqn":
+        tree["algo"]["exploration_steps"] = BUDGET_ENV_STEPS // 10  # Stable-Baselines3: 10% of the budget
+    if facts.image and algo in ("ppo", "a2c", "pg"):
+        # Atari-sized settings (RL-Zoo's PPO on Atari): a smaller lr and clip, fewer epochs, larger batches.
+        tree["algo"].update({"lr": 2.5e-4, "batch_size": 256, "epochs": 4, "clip": 0.1, "entropy_coef": 0.01}
+                            if algo == "ppo" else {"entropy_coef": 0.01})
+    if facts.image and algo == "dqn":
+        tree["algo"].update({"buffer_size": 100_000, "learning_starts": 10_000, "target_period": 1_000})
+
+    per_iteration = executors * envs * max(int(tree["rollout"].get("steps", 32)), 1)
+    cap = facts.episode_cap or UNCAPPED_EPISODE_STEPS
+    # EVAL_EPISODES greedy episodes every EVAL_EPISODES episode caps of training: evaluation plays
+    # at most as many steps as training (and a greedy step costs no learning).
+    eval_every = max(1, math.ceil(EVAL_EPISODES * cap / per_iteration))
+    tree["stop"] = {
+        "goal_episode_length": None,
+        "max_env_steps": BUDGET_ENV_STEPS,
+        "eval_return": facts.reward_threshold,
+        "eval_every": eval_every,
+        "eval_episodes": EVAL_EPISODES,
+    }
+    tree["run"] = {"checkpoint_every": 4 * eval_every, "eval_after": EVAL_EPISODES}
+    return tree
+
+
+def _model(algo: str, facts: EnvFacts) -> dict[str, Any]:
+    if facts.image:
+        # The Nature CNN and a 512 layer, shared by policy and value; images smaller than its 8x8
+        # stride-4 first layer can read get two 3x3 convolutions instead.
+        small = min(facts.image_size) < NATURE_CNN_MIN_SIDE
+        conv = {"conv": [[16, 3, 1], [32, 3, 1]]} if small else {}
+        return {"encoder": "cnn", **conv, "trunk": [512], "policy_head": [], "value_head": [], "activation": "relu"}
+    if algo in OFF_POLICY:
+        # The actor and each critic: 256-256 ReLU (Stable-Baselines3's SAC and TD3; its DQN: 64-64).
+        width = [64, 64] if algo == "dqn" else [256, 256]
+        return {"trunk": width, "policy_head": [], "value_head": [], "activation": "relu"}
+    if algo == "a3c":
+        return {}
+    # Separate 64-64 tanh towers for the policy and the value (Stable-Baselines3's on-policy default).
+    return {"trunk": [], "policy_head": [64, 64], "value_head": [64, 64], "activation": "tanh"}
+
+
+def _describe(tree: dict[str, Any], facts: EnvFacts) -> list[str]:
+    stop = tree["stop"]
+    cap = facts.episode_cap
+    goal = (
+        f"stop.eval_return: {stop['eval_return']:g} (the environment's reward_threshold)"
+        if stop["eval_return"] is not None
+        else "stop.eval_return: null (the environment registers no reward_threshold; best.pt is the best evaluation's)"
+    )
+    return [
+        goal,
+        f"stop.max_env_steps: {stop['max_env_steps']:,}; {stop['eval_episodes']} greedy episodes every "
+        f"{stop['eval_every']} iterations; "
+        + (f"episodes capped at {cap:,} steps (the environment's own)" if cap else "no episode cap (the environment has none)"),
+    ]

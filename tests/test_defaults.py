@@ -1,0 +1,126 @@
+"""Training without a config file: defaults from the environment's spaces, the zoo, the errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import mlxe
+from mlxe.cli import main
+from mlxe.config import ConfigError, from_dict
+from mlxe.defaults import CONTINUOUS_ONLY, DISCRETE_ONLY, defaults_for
+
+CATCH = "tests.envs.catch:Catch"
+ALGOS = ("ppo", "a2c", "pg", "trpo", "a3c", "dqn", "ddpg", "td3", "sac")
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", CATCH])
+def test_defaults_resolve_for_every_algorithm_that_acts_in_the_env(env_id):
+    continuous = env_id == "Pendulum-v1"
+    for algo in ALGOS:
+        if algo in (DISCRETE_ONLY if continuous else CONTINUOUS_ONLY):
+            continue
+        if env_id == CATCH and algo in ("a3c", "trpo"):
+            continue  # the study's A3C and TRPO have MLP networks only
+        cfg = from_dict(defaults_for(env_id, algo).tree)
+        assert cfg.algo.name == algo and cfg.env.id == env_id and cfg.env.max_episode_steps is None
+        assert cfg.stop.eval_episodes > 0 and cfg.stop.eval_every > 0
+
+
+def test_the_defaults_follow_the_environment():
+    cartpole = defaults_for("CartPole-v1")
+    assert cartpole.algo == "ppo" and "no --algo" in cartpole.notes[1]
+    assert cartpole.tree["stop"]["eval_return"] == 475  # CartPole-v1's reward_threshold
+    assert cartpole.tree["filters"] == {"obs": False, "reward": False}
+
+    pendulum = defaults_for("Pendulum-v1")
+    assert pendulum.algo == "sac" and pendulum.tree["stop"]["eval_return"] is None
+    assert pendulum.tree["arch"] == "istb" and pendulum.tree["model"]["trunk"] == [256, 256]
+    assert defaults_for("Pendulum-v1", "ppo").tree["filters"] == {"obs": True, "reward": True}
+
+    # 10 greedy episodes every 10 episode caps of training, in whole iterations of 2 x 8 x 128 steps
+    assert cartpole.tree["stop"]["eval_every"] == 3  # ceil(10 * 500 / 2048)
+    assert pendulum.tree["stop"]["eval_every"] == 125  # 10 * 200 / 16
+
+    catch = defaults_for(CATCH, "ppo")
+    assert catch.tree["model"]["encoder"] == "cnn" and catch.tree["model"]["conv"] == [[16, 3, 1], [32, 3, 1]]
+
+
+def test_overrides_win_and_env_overrides_shape_the_defaults():
+    chosen = defaults_for("CartPole-v1", "ppo", ["algo.lr=1e-3", "env.max_episode_steps=100", "seed=3"])
+    assert chosen.tree["algo"]["lr"] == 1e-3 and chosen.tree["seed"] == 3
+    assert chosen.tree["env"]["max_episode_steps"] == 100
+    assert defaults_for(CATCH, "ppo", ["env.kwargs={rows: 40, columns: 40}"]).tree["model"].get("conv") is None
+
+
+def test_bad_input_names_what_is_wrong():
+    with pytest.raises(ConfigError, match="did you mean 'CartPole-v1'"):
+        defaults_for("CartPole-v9")
+    with pytest.raises(ConfigError, match=r"'dqn' cannot act in Pendulum-v1's action space Box.*sac"):
+        defaults_for("Pendulum-v1", "dqn")
+    with pytest.raises(ConfigError, match=r"'sac' cannot act in CartPole-v1's action space Discrete\(2\)"):
+        defaults_for("CartPole-v1", "sac")
+    with pytest.raises(ConfigError, match="--algo: unknown algorithm 'ppg'"):
+        defaults_for("CartPole-v1", "ppg")
+
+
+def test_a_zoo_entry_replaces_the_defaults(tmp_path, monkeypatch):
+    zoo = tmp_path / "configs" / "zoo"
+    (zoo / "ppo").mkdir(parents=True)
+    (zoo / "ppo" / "CartPole-v1.yaml").write_text("name: tuned\nenv: {id: CartPole-v1}\nalgo: {name: ppo, lr: 0.002}\n")
+    monkeypatch.setattr("mlxe.defaults.ZOO", zoo)
+    chosen = defaults_for("CartPole-v1", "ppo", ["seed=2"])
+    assert chosen.tree["name"] == "tuned" and chosen.tree["algo"]["lr"] == 0.002 and chosen.tree["seed"] == 2
+    assert "configs/zoo/ppo/CartPole-v1.yaml" in chosen.notes[-1]
+    assert defaults_for("CartPole-v1", "a2c").tree["name"] == "cartpole-v1_a2c"
+
+
+def test_every_zoo_entry_loads_and_is_filed_under_its_algorithm_and_env():
+    entries = sorted(Path("configs/zoo").glob("*/*.yaml"))
+    for path in entries:
+        cfg = mlxe.load_config(path)
+        assert cfg.algo.name == path.parent.name, path
+        assert cfg.env.id.replace("/", "-") == path.stem, path
+
+
+def test_train_env_writes_a_resolved_config_that_reloads(tmp_path, capsys):
+    rc = main(["train", "--env", "CartPole-v1", "--algo", "a2c", f"run.dir={tmp_path}", "stop.max_env_steps=800",
+               "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "executors=1", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "no config file: CartPole-v1: actions Discrete(2)" in out and "name: a2c" in out
+    run_dir = next(tmp_path.iterdir())
+    assert run_dir.name.startswith("cartpole-v1_a2c-")
+    cfg = mlxe.load_config(run_dir / "config.yaml")
+    assert cfg.algo.name == "a2c" and cfg.executors == 1 and cfg.algo.optimizer == "rmsprop"
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "max_env_steps"
+
+
+def test_train_env_arguments_are_checked(capsys):
+    assert main(["train", "configs/cartpole_ppo.yaml", "--env", "CartPole-v1"]) == 2
+    assert "one of a CONFIG file, --env ID or --resume RUN_DIR" in capsys.readouterr().err
+    assert main(["train", "configs/cartpole_ppo.yaml", "--algo", "ppo"]) == 2
+    assert "--algo goes with --env" in capsys.readouterr().err
+    assert main(["train", "--env", "Pendulum-v1", "--algo", "a3c"]) == 2
+    assert "'a3c' cannot act in Pendulum-v1's action space" in capsys.readouterr().err
+
+
+def test_defaults_alone_solve_cartpole(tmp_path):
+    """PPO with Stable-Baselines3's defaults: CartPole-v1's threshold (a greedy mean of 475 over 10
+    episodes) within 100,000 env steps (seed 0 reaches it at about 31,000)."""
+    chosen = defaults_for("CartPole-v1", None, [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false",
+                                                "run.plot=false", "stop.max_env_steps=100000"])
+    summary = mlxe.train(from_dict(chosen.tree)).summary
+    assert summary["stop_reason"] == "eval_return", summary
+    assert summary["evaluation"]["mean_return"] >= 475
+
+
+def test_defaults_alone_solve_pendulum(tmp_path):
+    """SAC (the default for Box actions) with Stable-Baselines3's defaults: a greedy mean of -200 over
+    20 episodes within 12,000 env steps (seeds 0 and 1 at 4,000), and a fresh 20-episode evaluation
+    of that policy near it (Pendulum's returns vary with the start state: -239 and -159 there)."""
+    chosen = defaults_for("Pendulum-v1", None, [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false",
+                                                "run.plot=false", "stop.max_env_steps=12000", "stop.eval_return=-200",
+                                                "stop.eval_episodes=20", "run.eval_after=20"])
+    summary = mlxe.train(from_dict(chosen.tree)).summary
+    assert summary["stop_reason"] == "eval_return", summary
+    assert summary["evaluation"]["mean_return"] >= -300
