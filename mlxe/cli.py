@@ -52,7 +52,7 @@ def _train(args: argparse.Namespace) -> int:
         print("mlxe train: give one of a CONFIG file, --env ID or --resume RUN_DIR", file=sys.stderr)
         return 2
     if args.env is not None:
-        config = _defaults_config(args.env, args.algo, overrides)
+        config = _defaults_config(args.env, args.algo, overrides, zoo=not args.no_zoo)
         overrides = []
     progress = False if args.no_progress else None
     result = train(config, overrides, resume=args.resume, progress=progress)
@@ -72,14 +72,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _defaults_config(env_id: str, algo: str | None, overrides: list[str]):
+def _defaults_config(env_id: str, algo: str | None, overrides: list[str], zoo: bool):
     """The config of ``mlxe train --env ID [--algo NAME]``, with what was chosen printed."""
     import yaml
 
     from mlxe.config import from_dict
     from mlxe.defaults import defaults_for
 
-    chosen = defaults_for(env_id, algo, overrides)
+    chosen = defaults_for(env_id, algo, overrides, zoo=zoo)
     cfg = from_dict(chosen.tree)
     print("no config file: " + "\n  ".join(chosen.notes))
     print(yaml.safe_dump(chosen.tree, sort_keys=False, default_flow_style=None).rstrip())
@@ -215,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     p.add_argument("--env", metavar="ID", help="train this environment without a config file (defaults or the zoo)")
     p.add_argument("--algo", metavar="NAME", help="with --env: the algorithm (default: ppo for Discrete, sac for Box actions)")
+    p.add_argument("--no-zoo", action="store_true", help="with --env: the defaults even where the zoo has a tuned config")
     p.add_argument("--no-progress", action="store_true", help="no live display (plain lines only at the end)")
     p.set_defaults(func=_train)
 

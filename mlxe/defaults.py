@@ -131,13 +131,28 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
         image_size = tuple(sorted(observations.shape)[1:]) if image else (0, 0)
         registration = instance.spec
         return EnvFacts(
-            env_id=spec["id"], action_kind=kind, action_space=str(actions), observation_space=str(observations),
+            env_id=spec["id"], action_kind=kind, action_space=describe_space(actions),
+            observation_space=describe_space(observations),
             image=image, image_size=image_size,
             episode_cap=registration.max_episode_steps if registration else None,
             reward_threshold=registration.reward_threshold if registration else None,
         )
     finally:
         instance.close()
+
+
+def describe_space(space) -> str:
+    """A space in one short line: ``Discrete(4)``, ``Box(8,) float32``, ``Box(1,) float32 in [-2, 2]``."""
+    import gymnasium
+    import numpy as np
+
+    if not isinstance(space, gymnasium.spaces.Box):
+        return str(space)
+    text = f"Box{space.shape} {space.dtype}"
+    low, high = np.unique(space.low), np.unique(space.high)
+    if low.size == 1 and high.size == 1 and np.isfinite(low[0]) and np.isfinite(high[0]):
+        text += f" in [{low[0]:g}, {high[0]:g}]"
+    return text
 
 
 def check_algo(algo: str, facts: EnvFacts) -> None:
@@ -162,11 +177,14 @@ def zoo_file(algo: str, env_id: str) -> Path:
     return ZOO / algo / f"{env_id.replace('/', '-')}.yaml"
 
 
-def defaults_for(env_id: str, algo: str | None = None, overrides: list[str] | None = None) -> Defaults:
+def defaults_for(
+    env_id: str, algo: str | None = None, overrides: list[str] | None = None, *, zoo: bool = True
+) -> Defaults:
     """The config tree ``mlxe train --env env_id [--algo algo] overrides`` trains with.
 
     ``overrides`` are applied last (they win); the ``env.*`` ones are applied before the environment
-    is inspected too, so its kwargs, wrappers or Atari preprocessing shape the defaults.
+    is inspected too, so its kwargs, wrappers or Atari preprocessing shape the defaults. ``zoo``:
+    use the zoo's entry for the pair when there is one (False: the defaults whatever the zoo holds).
     """
     from mlxe.config import read_yaml
 
@@ -181,10 +199,10 @@ def defaults_for(env_id: str, algo: str | None = None, overrides: list[str] | No
         notes.append(f"algo.name: {algo} (no --algo: the default for {facts.action_kind} actions)")
     check_algo(algo, facts)
 
-    zoo = zoo_file(algo, env_id)
-    if zoo.is_file():
-        tree = read_yaml(zoo)
-        notes.append(f"the zoo's tuned config {zoo.relative_to(ZOO.parents[1])}")
+    tuned = zoo_file(algo, env_id)
+    if zoo and tuned.is_file():
+        tree = read_yaml(tuned)
+        notes.append(f"the zoo's tuned config {tuned.relative_to(ZOO.parents[1])}")
     else:
         tree = _defaults_tree(algo, facts)
         tree["env"] = {**tree["env"], **env_section}
@@ -218,6 +236,10 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
         # VecNormalize in RL-Zoo's MuJoCo settings) for the on-policy algorithms.
         "filters": {"obs": continuous and not off_policy and not facts.image, "reward": continuous and not off_policy},
     }
+    if algo == "ppo" and not continuous:
+        # RL-Zoo's LunarLander settings: the same numbers solve CartPole and Acrobot, where
+        # Stable-Baselines3's defaults leave LunarLander unsolved in a million steps.
+        tree["algo"].update({"gamma": 0.999, "gae_lambda": 0.98, "entropy_coef": 0.01, "epochs": 4})
     if algo == "dqn":
         tree["algo"]["exploration_steps"] = BUDGET_ENV_STEPS // 10  # Stable-Baselines3: 10% of the budget
     if facts.image and algo in ("ppo", "a2c", "pg"):
