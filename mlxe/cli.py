@@ -239,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="run directory")
     p.set_defaults(func=_status)
 
+    from mlxe.tune import add_parser as add_tune_parser  # mlxe tune: hyper-parameter search (mlxe[tune])
+
+    add_tune_parser(sub)
+
     p = sub.add_parser("bench", help="built-in benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)
 
