@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     b.add_argument("--warmup", type=float, default=0.2, help="fraction of the run before growth is measured")
     b.add_argument("--only", default=None, help="comma-separated variants: a3c-oa, ppo")
-    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_zoo.yaml")
+    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_rlzoo.yaml")
     b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
     b.add_argument("--envs", type=_counts, default="8", help="comma-separated environments per Executor")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")

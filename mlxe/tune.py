@@ -766,7 +766,7 @@ def _positive(text: str) -> int:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Declare ``mlxe tune`` on the ``mlxe`` command's subparsers (options may stand among the overrides)."""
     p = subparsers.add_parser("tune", help="hyper-parameter search with Optuna (TPE, median pruning; needs mlxe[tune])")
-    p.add_argument("config", help="YAML config to tune, e.g. configs/cartpole_ppo.yaml")
+    p.add_argument("config", help="YAML config to tune, e.g. configs/zoo/ppo/CartPole-v1.yaml")
     p.add_argument("overrides", nargs="*", default=[], help="key=value overrides applied to every trial")
     p.add_argument("--trials", type=_positive, required=True, metavar="N", help="trials in the study (a resumed one runs the rest)")
     p.add_argument("--param", action="append", default=[], required=True, metavar="KEY=LOW..HIGH[,log]",

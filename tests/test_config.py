@@ -574,7 +574,7 @@ def _config_keys() -> list[str]:
     from mlxe.config import to_dict
 
     keys = set()
-    for path in sorted((REPO_ROOT / "configs").glob("*.yaml")):  # every algorithm's own keys too
+    for path in sorted((REPO_ROOT / "configs").rglob("*.yaml")):  # every algorithm's own keys too
         keys.update(_leaf_keys(to_dict(load_config(path))))
     return sorted(keys)
 
@@ -594,7 +594,7 @@ _VALUES = st.one_of(
 def test_every_generated_bad_config_is_a_config_error_naming_its_key(data):
     """Any key of any shipped config set to any value: a valid config, or a ConfigError that names
     the key (or the part of it that is wrong), never another exception."""
-    path = data.draw(st.sampled_from(sorted((REPO_ROOT / "configs").glob("*.yaml"))))
+    path = data.draw(st.sampled_from(sorted((REPO_ROOT / "configs").rglob("*.yaml"))))
     key = data.draw(st.sampled_from(_KEYS))
     value = data.draw(_VALUES)
     try:

@@ -76,12 +76,18 @@ def test_a_zoo_entry_replaces_the_defaults(tmp_path, monkeypatch):
     assert defaults_for("CartPole-v1", "trpo").tree["name"] == "cartpole-v1_trpo"
 
 
-def test_every_zoo_entry_loads_and_is_filed_under_its_algorithm_and_env():
+def test_every_zoo_entry_loads_is_filed_under_its_algorithm_and_env_and_says_its_goal():
     entries = sorted(Path("configs/zoo").glob("*/*.yaml"))
+    assert len(entries) >= 14
     for path in entries:
         cfg = mlxe.load_config(path)
         assert cfg.algo.name == path.parent.name, path
         assert cfg.env.id.replace("/", "-") == path.stem, path
+        header = (
+            f"# zoo: {cfg.env.id} with {cfg.algo.name.upper()}: a greedy mean >= {cfg.stop.eval_return:g} over "
+            f"{cfg.stop.eval_episodes} episodes within {cfg.stop.max_env_steps:,} env steps."
+        )
+        assert path.read_text().splitlines()[0] == header, path
 
 
 def test_train_env_writes_a_resolved_config_that_reloads(tmp_path, capsys):
@@ -97,9 +103,9 @@ def test_train_env_writes_a_resolved_config_that_reloads(tmp_path, capsys):
 
 
 def test_train_env_arguments_are_checked(capsys):
-    assert main(["train", "configs/cartpole_ppo.yaml", "--env", "CartPole-v1"]) == 2
+    assert main(["train", "configs/zoo/ppo/CartPole-v1.yaml", "--env", "CartPole-v1"]) == 2
     assert "one of a CONFIG file, --env ID or --resume RUN_DIR" in capsys.readouterr().err
-    assert main(["train", "configs/cartpole_ppo.yaml", "--algo", "ppo"]) == 2
+    assert main(["train", "configs/zoo/ppo/CartPole-v1.yaml", "--algo", "ppo"]) == 2
     assert "--algo goes with --env" in capsys.readouterr().err
     assert main(["train", "--env", "Pendulum-v1", "--algo", "a3c"]) == 2
     assert "'a3c' cannot act in Pendulum-v1's action space" in capsys.readouterr().err

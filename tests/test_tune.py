@@ -22,7 +22,7 @@ from mlxe.cli import _Parser  # noqa: E402
 from mlxe.config import ConfigError, load_config, to_dict  # noqa: E402
 from mlxe.tune import Param, make_pruner, parse_param, read_evaluations, run_trial, tune  # noqa: E402
 
-CONFIG = "configs/cartpole_ppo.yaml"
+CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 # ~1 s of training per trial: 8 iterations of 256 env steps, a 2-episode greedy evaluation after each
 TINY = ["stop.max_env_steps=2048", "stop.eval_every=1", "stop.eval_episodes=2", "run.eval_after=0",
         "run.tensorboard=false", "run.plot=false"]
@@ -74,7 +74,7 @@ def test_param_suggests_and_overrides():
         ("algo.lr=0.1..0.1", "algo.lr: empty range"),
         ("algo.lr=0..0.1,log", "--param 'algo.lr=0..0.1,log': algo.lr: a log range needs low > 0"),
         ("algo.lr=1e-4..1e-2,lin", "algo.lr: unknown option 'lin'"),
-        ("algo.lrr=1e-4..1e-2", "--param 'algo.lrr=1e-4..1e-2': configs/cartpole_ppo.yaml: algo.lrr: not a setting "
+        ("algo.lrr=1e-4..1e-2", "--param 'algo.lrr=1e-4..1e-2': configs/zoo/ppo/CartPole-v1.yaml: algo.lrr: not a setting "
                                 "of algo.name 'ppo'; did you mean 'algo.lr'?"),
         ("stop.eval_evry=1..5", "unknown key 'stop.eval_evry'; did you mean 'stop.eval_every'?"),
         ("algo.epochs=1.5..10", "algo.epochs: expected int, got 1.5"),  # a float range of an int setting
@@ -88,7 +88,7 @@ def test_parse_param_errors_name_the_text_and_the_key(text, message):
 
 
 def test_params_are_checked_against_the_overridden_config():
-    assert parse_param("algo.tau=0.001..0.1", "configs/pendulum_sac.yaml").key == "algo.tau"
+    assert parse_param("algo.tau=0.001..0.1", "configs/zoo/sac/Pendulum-v1.yaml").key == "algo.tau"
     with pytest.raises(ConfigError, match="algo.tau: not a setting of algo.name 'ppo'"):
         parse_param("algo.tau=0.001..0.1", CONFIG)
     assert parse_param("algo.tau=0.001..0.1", CONFIG, ["algo={name: sac}"]).key == "algo.tau"

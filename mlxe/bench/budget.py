@@ -15,13 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, median_range
+from mlxe.bench.compare import QUIET, bench_dir, median_range, zoo_config
 from mlxe.bench.solve import sb3
-
-CONFIGS = {
-    ("HalfCheetah-v5", "sac"): "configs/halfcheetah_sac.yaml",
-    ("HalfCheetah-v5", "td3"): "configs/halfcheetah_td3.yaml",
-}
 
 
 def bench_budget(
@@ -37,11 +32,9 @@ def bench_budget(
 ) -> Path:
     """Run the benchmark; returns the path of the markdown report."""
     from mlxe.api import train
-    from mlxe.config import ConfigError, load_config
+    from mlxe.config import load_config
 
-    config = config or CONFIGS.get((env_id, algo))
-    if config is None:
-        raise ConfigError(f"no config for {algo} on {env_id}; pass --config")
+    config = config or zoo_config(algo, env_id)
     out = bench_dir(f"budget-{env_id}-{algo}", out_dir)
     base = [
         *(overrides or []), *QUIET, f"run.dir={out / 'runs'}", f"env.id={env_id}", f"algo.name={algo}",

@@ -44,6 +44,17 @@ def median_of(results: dict[str, list[dict]], variant: str, key: str) -> float:
     return float(np.median(values)) if values else float("nan")
 
 
+def zoo_config(algo: str, env_id: str) -> Path:
+    """The zoo's tuned config of ``algo`` on ``env_id``, what a benchmark of the pair runs by default."""
+    from mlxe.config import ConfigError
+    from mlxe.defaults import zoo_file
+
+    path = zoo_file(algo, env_id)
+    if not path.is_file():
+        raise ConfigError(f"no zoo config for {algo} on {env_id} ({path} does not exist); pass --config")
+    return path
+
+
 def bench_dir(kind: str, out_dir: str | Path | None) -> Path:
     out = Path(out_dir) if out_dir else Path("runs") / f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)

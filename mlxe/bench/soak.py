@@ -23,7 +23,7 @@ from mlxe.bench.compare import bench_dir
 
 VARIANTS = {
     "a3c-oa": ("configs/cartpole_a3c.yaml", ["arch=oa"]),
-    "ppo": ("configs/cartpole_ppo.yaml", ["arch=is"]),
+    "ppo": ("configs/zoo/ppo/CartPole-v1.yaml", ["arch=is"]),
 }
 NO_STOPS = ["stop.goal_episode_length=null", "stop.eval_return=null", "stop.max_env_steps=null",
             "stop.max_episodes=null", "run.eval_after=0", "run.tensorboard=false", "run.plot=false"]

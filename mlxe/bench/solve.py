@@ -26,21 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, median_range
+from mlxe.bench.compare import QUIET, bench_dir, median_range, zoo_config
 
 THRESHOLDS = {"CartPole-v1": 475.0, "CartPoleNoVel-v1": 475.0, "Pendulum-v1": -200.0}
-CONFIGS = {
-    ("CartPole-v1", "ppo"): "configs/cartpole_ppo.yaml",
-    ("CartPole-v1", "a2c"): "configs/cartpole_a2c.yaml",
-    ("CartPole-v1", "pg"): "configs/cartpole_pg.yaml",
-    ("CartPole-v1", "dqn"): "configs/cartpole_dqn.yaml",
-    ("Pendulum-v1", "ppo"): "configs/pendulum_ppo.yaml",
-    ("Pendulum-v1", "sac"): "configs/pendulum_sac.yaml",
-    ("Pendulum-v1", "td3"): "configs/pendulum_td3.yaml",
-    ("Pendulum-v1", "ddpg"): "configs/pendulum_ddpg_fast.yaml",
-    ("Pendulum-v1", "trpo"): "configs/pendulum_trpo.yaml",
-    ("CartPoleNoVel-v1", "ppo"): "configs/cartpole_novel_ppo_lstm.yaml",
-}
 SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO
 SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
 
@@ -92,9 +80,7 @@ def bench_solve(
 
     if env_id not in THRESHOLDS:
         raise ConfigError(f"no solve threshold for {env_id!r}; known: {', '.join(THRESHOLDS)}")
-    config = config or CONFIGS.get((env_id, algo))
-    if config is None:
-        raise ConfigError(f"no config for {algo} on {env_id}; pass --config")
+    config = config or zoo_config(algo, env_id)
     threshold = THRESHOLDS[env_id]
     out = bench_dir(f"solve-{env_id}-{algo}", out_dir)
     base = [

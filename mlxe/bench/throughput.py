@@ -1,6 +1,6 @@
 """``mlxe bench throughput``: env steps per second of PPO on CartPole-v1, whole loop and acting only.
 
-* Whole loop (acting + learning): ``configs/cartpole_ppo_zoo.yaml`` (RL-Zoo's hyper-parameters: 32 steps
+* Whole loop (acting + learning): ``configs/cartpole_ppo_rlzoo.yaml`` (RL-Zoo's hyper-parameters: 32 steps
   per environment per iteration, 20 epochs of minibatches of 256) trained for a fixed number of env
   steps with no evaluation, for each architecture x Executors x environments per Executor;
   steps/s = env steps / wall seconds from the end of the first iteration to the end of the run.
@@ -23,7 +23,7 @@ import numpy as np
 
 from mlxe.bench.compare import QUIET, bench_dir
 
-CONFIG = "configs/cartpole_ppo_zoo.yaml"
+CONFIG = "configs/cartpole_ppo_rlzoo.yaml"
 
 
 def whole_loop(config: str | Path, overrides: list[str], out: Path) -> dict:

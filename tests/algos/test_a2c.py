@@ -13,7 +13,7 @@ DA3C = "configs/pendulum_da3c.yaml"
 
 
 def learner(*overrides: str, seed: int = 0):
-    cfg = load_config("configs/cartpole_a2c.yaml", list(overrides))
+    cfg = load_config("configs/zoo/a2c/CartPole-v1.yaml", list(overrides))
     return algos.algorithm("a2c")(cfg, SPEC, seed)
 
 
@@ -55,7 +55,7 @@ def test_da3c_config_and_the_algorithms_without_the_mode():
     cfg = load_config(DA3C)
     assert cfg.ray.mode == "async_gradients" and cfg.algo.name == "a2c" and cfg.filters.reward
     with pytest.raises(ConfigError, match="ray.mode: 'async_gradients' is not allowed with algo.name 'ppo'"):
-        load_config("configs/pendulum_ppo.yaml",
+        load_config("configs/zoo/ppo/Pendulum-v1.yaml",
                     ["backend=ray", "ray.mode=async_gradients", "envs_per_executor=1", "filters.reward=false"])
     with pytest.raises(ConfigError, match=r"filters\.obs: not allowed with ray\.mode 'async_gradients'"):
         load_config(DA3C, ["filters.obs=true"])

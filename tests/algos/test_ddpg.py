@@ -21,7 +21,7 @@ from mlxe.models.off_policy import NumpyActor
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16, 16), policy_head=(), value_head=(),
                action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
-CONFIGS = {"ddpg": "configs/pendulum_ddpg.yaml", "td3": "configs/pendulum_td3.yaml", "sac": "configs/pendulum_sac.yaml"}
+CONFIGS = {"ddpg": "configs/pendulum_ddpg.yaml", "td3": "configs/zoo/td3/Pendulum-v1.yaml", "sac": "configs/zoo/sac/Pendulum-v1.yaml"}
 CLASSES = {"ddpg": DDPG, "td3": TD3, "sac": SAC}
 
 

@@ -18,7 +18,7 @@ SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head
 
 
 def cfg(*overrides):
-    return load_config("configs/cartpole_dqn.yaml", list(overrides))
+    return load_config("configs/zoo/dqn/CartPole-v1.yaml", list(overrides))
 
 
 def segment(T, E=1, executor=0, seed=0, terminated=(), truncated=(), start=0.0):

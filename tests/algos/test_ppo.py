@@ -15,7 +15,7 @@ SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head
 
 
 def cfg(*overrides):
-    return load_config("configs/cartpole_ppo.yaml", list(overrides))
+    return load_config("configs/zoo/ppo/CartPole-v1.yaml", list(overrides))
 
 
 def learn(learner, rows, progress):

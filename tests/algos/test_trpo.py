@@ -18,7 +18,7 @@ DISCRETE = NetSpec(obs_shape=3, n_actions=3, trunk=(), policy_head=(8,), value_h
 
 
 def cfg(*overrides: str):
-    return load_config("configs/pendulum_trpo.yaml", ["executors=1", *overrides])
+    return load_config("configs/zoo/trpo/Pendulum-v1.yaml", ["executors=1", *overrides])
 
 
 def batch(spec: NetSpec, seed: int = 0, n: int = 256) -> dict[str, np.ndarray]:

@@ -35,7 +35,7 @@ def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake
     path = bench_solve("CartPole-v1", "ppo", seeds=2, sb3_python=str(python), overrides=SMALL,
                        sb3_hp=["n_epochs=5", "learning_rate=lin_3e-3"], out_dir=tmp_path / "out", max_steps=640)
     text = path.read_text()
-    assert "| MLxE (cartpole_ppo.yaml) | 0/2 |" in text  # 640 steps do not solve CartPole: reported, not hidden
+    assert "| MLxE (configs/zoo/ppo/CartPole-v1.yaml) | 0/2 |" in text  # 640 steps do not solve CartPole: reported, not hidden
     assert ("| Stable-Baselines3 (RL-Zoo with n_epochs=5, learning_rate=lin_3e-3) | 2/2 | 1,000 [1,000-1,000] | "
             "4.00 [4.00-4.00] |") in text
     calls = log.read_text().splitlines()
@@ -65,6 +65,6 @@ def test_throughput_tables_whole_loop_against_sb3_and_acting_against_the_floor(t
 
 
 def test_acting_only_measures_collect_and_the_bare_loop():
-    r = acting_only("configs/cartpole_ppo.yaml", num_envs=8, seconds=0.2)
+    r = acting_only("configs/zoo/ppo/CartPole-v1.yaml", num_envs=8, seconds=0.2)
     assert r["collect_steps_per_s"] > 1000 and r["floor_steps_per_s"] > 1000
     assert r["fraction"] == pytest.approx(r["collect_steps_per_s"] / r["floor_steps_per_s"])

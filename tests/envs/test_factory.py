@@ -190,9 +190,9 @@ def test_bad_wrappers_name_their_entry(wrappers, match):
 
 
 @pytest.mark.parametrize(("config", "env_id", "cap"), [
-    ("configs/pendulum_ppo.yaml", "MountainCarContinuous-v0", 999),
-    ("configs/cartpole_ppo.yaml", "Acrobot-v1", 500),
-    ("configs/pendulum_sac.yaml", "Pendulum-v1", 200),
+    ("configs/zoo/ppo/Pendulum-v1.yaml", "MountainCarContinuous-v0", 999),
+    ("configs/zoo/ppo/CartPole-v1.yaml", "Acrobot-v1", 500),
+    ("configs/zoo/sac/Pendulum-v1.yaml", "Pendulum-v1", 200),
 ])
 def test_a_config_without_a_cap_keeps_the_environment_s_own(config: str, env_id: str, cap: int) -> None:
     from mlxe.config import load_config

@@ -74,7 +74,7 @@ def test_acting_one_step_at_a_time_matches_the_sequence(spec):
 
 def lstm_config(tmp_path, *overrides):
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
-    return mlxe.load_config("configs/cartpole_novel_ppo_lstm.yaml", [
+    return mlxe.load_config("configs/zoo/ppo/CartPoleNoVel-v1.yaml", [
         *quiet, "filters.obs=false", "filters.reward=false", "model.core_size=16", "model.policy_head=[16]",
         "model.value_head=[16]", *overrides,
     ])
@@ -147,7 +147,7 @@ def test_sequence_minibatches_reproduce_the_acting_log_probabilities(tmp_path, b
 
 def test_dqn_refuses_a_recurrent_core_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="model.core: 'lstm' is not supported by algo.name"):
-        mlxe.load_config("configs/cartpole_dqn.yaml", ["model.core=lstm"])
+        mlxe.load_config("configs/zoo/dqn/CartPole-v1.yaml", ["model.core=lstm"])
 
 
 @pytest.mark.parametrize("overrides", [["algo.burn_in=4", "model.core=none"], ["algo.burn_in=32"]])

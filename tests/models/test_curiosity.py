@@ -70,7 +70,7 @@ def quiet(tmp_path):
 
 
 def test_ppo_with_curiosity_logs_both_rewards_and_resumes(tmp_path):
-    cfg = mlxe.load_config("configs/cartpole_ppo.yaml", [
+    cfg = mlxe.load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         *quiet(tmp_path), "icm.enabled=true", "icm.features=16", "icm.hidden=16", "stop.max_env_steps=512",
         "stop.eval_return=null",
     ])
@@ -91,13 +91,13 @@ def test_ppo_with_curiosity_logs_both_rewards_and_resumes(tmp_path):
 ])
 def test_bad_curiosity_keys_are_named(override, match):
     with pytest.raises(ConfigError, match=match):
-        mlxe.load_config("configs/cartpole_ppo.yaml", [override])
+        mlxe.load_config("configs/zoo/ppo/CartPole-v1.yaml", [override])
 
 
 def test_algorithms_without_curiosity_refuse_its_keys():
     with pytest.raises(ConfigError, match=r"icm.enabled: not a setting of algo.name 'dqn' \(the 'icm' section "
                        r"configures [a-z0-9, ]*a3c"):
-        mlxe.load_config("configs/cartpole_dqn.yaml", ["icm.enabled=true"])
+        mlxe.load_config("configs/zoo/dqn/CartPole-v1.yaml", ["icm.enabled=true"])
 
 
 def test_a3c_with_curiosity_trains_logs_and_resumes(tmp_path):

@@ -98,7 +98,7 @@ def test_resume_falls_back_to_the_newest_valid_checkpoint_and_sets_the_bad_ones_
 def test_a_run_resumes_from_an_older_checkpoint_when_its_last_is_truncated(tmp_path, capsys):
     overrides = [f"run.dir={tmp_path}", *QUIET, "run.checkpoint_every=1", "run.keep_checkpoints=2",
                  "stop.max_env_steps=1024", "run.eval_after=0", "stop.eval_return=null"]
-    first = mlxe.train(load_config("configs/cartpole_ppo.yaml", overrides))
+    first = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", overrides))
     folder = first.run_dir / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == ["iter-00000003.pt", "last.pt"]  # 4 iterations of 256
     last = load_checkpoint(folder / "last.pt")
@@ -116,7 +116,7 @@ def test_a_run_resumes_from_an_older_checkpoint_when_its_last_is_truncated(tmp_p
 def test_an_unreadable_best_pt_is_reported_and_replaced(tmp_path, capsys):
     overrides = [f"run.dir={tmp_path}", *QUIET, "stop.eval_every=1", "stop.eval_return=600", "run.eval_after=0",
                  "stop.max_env_steps=512"]
-    first = mlxe.train(load_config("configs/cartpole_ppo.yaml", overrides))
+    first = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", overrides))
     best = first.run_dir / "checkpoints" / "best.pt"
     best.write_bytes(best.read_bytes()[:500])
     more = mlxe.train(overrides=["stop.max_env_steps=1024"], resume=first.run_dir)
@@ -128,4 +128,4 @@ def test_an_unreadable_best_pt_is_reported_and_replaced(tmp_path, capsys):
 
 def test_keep_checkpoints_must_be_positive():
     with pytest.raises(ConfigError, match=r"yaml: run\.keep_checkpoints: 0 is not allowed; expected a value > 0"):
-        load_config("configs/cartpole_ppo.yaml", ["run.keep_checkpoints=0"])
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", ["run.keep_checkpoints=0"])

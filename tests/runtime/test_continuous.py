@@ -49,7 +49,7 @@ ECHO = "tests.runtime.test_continuous:EchoEnv"
 def pendulum_config(tmp_path, *overrides):
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "start_method=fork"]
-    return load_config("configs/pendulum_ppo.yaml", [*quiet, *overrides])
+    return load_config("configs/zoo/ppo/Pendulum-v1.yaml", [*quiet, *overrides])
 
 
 def rollout_executor(cfg, seed=1):
@@ -144,7 +144,7 @@ def test_gym_vector_env_clips_box_actions_only(tmp_path):
 def test_a2c_and_pg_train_on_box_actions(tmp_path, algo):
     from mlxe.config import apply_overrides, from_dict, read_yaml
 
-    data = read_yaml("configs/pendulum_ppo.yaml")
+    data = read_yaml("configs/zoo/ppo/Pendulum-v1.yaml")
     data["algo"] = {"name": algo, "gamma": 0.95, "lr": 3e-4}  # PPO's own keys would be an error here
     cfg = from_dict(apply_overrides(data, [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
@@ -168,7 +168,7 @@ def test_ppo_learns_pendulum(tmp_path):
 
 
 def test_halfcheetah_config_loads_with_filters_and_a_gaussian_head(tmp_path):
-    cfg = load_config("configs/halfcheetah_ppo.yaml")
+    cfg = load_config("configs/zoo/ppo/HalfCheetah-v5.yaml")
     assert cfg.env.id == "HalfCheetah-v5" and cfg.filters.obs and cfg.filters.reward
     assert cfg.model.log_std_init == -2.0 and cfg.algo.name == "ppo"
     pytest.importorskip("mujoco")
@@ -178,7 +178,7 @@ def test_halfcheetah_config_loads_with_filters_and_a_gaussian_head(tmp_path):
 
 def test_halfcheetah_trains_an_iteration_and_checkpoints_its_filters(tmp_path):
     pytest.importorskip("mujoco")
-    cfg = load_config("configs/halfcheetah_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/HalfCheetah-v5.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
         "stop.max_env_steps=512", "stop.eval_return=null", "algo.epochs=1",
     ])

@@ -31,7 +31,7 @@ def ppo_config(tmp_path, *overrides: str):
              "run.eval_after=0", "start_method=fork"]
     pinned = ["arch=istb", "executors=2", "envs_per_executor=4", "rollout.steps=32", "algo.batch_size=64",
               "algo.epochs=2", "stop.eval_return=null", "stop.goal_episode_length=null", "stop.max_env_steps=1024"]
-    return load_config("configs/cartpole_ppo.yaml", [*quiet, *pinned, *overrides])
+    return load_config("configs/zoo/ppo/CartPole-v1.yaml", [*quiet, *pinned, *overrides])
 
 
 def learner_state(run_dir) -> dict:

@@ -24,7 +24,7 @@ def always_right(spec) -> ActorCriticPolicy:
 
 
 def test_each_environment_contributes_its_first_episode_only():
-    cfg = load_config("configs/cartpole_ppo.yaml")
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml")
     spec = problem_spec(cfg)
     result = evaluate_vectorized(cfg, always_right(spec), episodes=7, seed=3)
     # the same episodes played one by one: pushing right from each environment's start state
@@ -41,7 +41,7 @@ def test_each_environment_contributes_its_first_episode_only():
 
 
 def test_observations_go_through_the_filter():
-    cfg = load_config("configs/cartpole_ppo.yaml", ["env.max_episode_steps=20"])
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", ["env.max_episode_steps=20"])
     spec = problem_spec(cfg)
     seen = []
 

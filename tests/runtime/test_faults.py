@@ -40,7 +40,7 @@ def test_a_failed_executor_is_replaced_and_the_run_completes(make_config, tmp_pa
 
 def test_a_segment_algorithm_replays_its_request_to_the_replacement(tmp_path):
     once = tmp_path / "crashed"
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, *CRASHING, f"env.kwargs={{crash_at: 7, once: {once}}}", "arch=is",
         "stop.eval_return=null", "stop.max_env_steps=2048"])
     result = mlxe.train(cfg)
@@ -54,8 +54,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def start_run(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
-    """``mlxe train`` of configs/cartpole_ppo.yaml in its own session, once it has written 3 iterations."""
-    cmd = [sys.executable, "-m", "mlxe", "train", "configs/cartpole_ppo.yaml", "--no-progress", f"run.dir={tmp_path}",
+    """``mlxe train`` of configs/zoo/ppo/CartPole-v1.yaml in its own session, once it has written 3 iterations."""
+    cmd = [sys.executable, "-m", "mlxe", "train", "configs/zoo/ppo/CartPole-v1.yaml", "--no-progress", f"run.dir={tmp_path}",
            "run.tensorboard=false", "run.plot=false", "stop.eval_return=null", "run.eval_after=0",
            "stop.max_env_steps=100000000", *overrides]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -143,8 +143,8 @@ def test_kill_9_of_the_whole_run_resumes_from_its_last_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize(("config", "overrides", "episodes"), [
-    ("configs/cartpole_ppo.yaml", ["filters.obs=true"], 40),
-    ("configs/cartpole_dqn.yaml", [], 40),
+    ("configs/zoo/ppo/CartPole-v1.yaml", ["filters.obs=true"], 40),
+    ("configs/zoo/dqn/CartPole-v1.yaml", [], 40),
 ])
 def test_a_resumed_run_continues_the_trajectory_of_an_uninterrupted_one(tmp_path, config, overrides, episodes):
     """Same seed, IS, the fast CartPole (its environments are checkpointed whole): a run stopped
@@ -171,7 +171,7 @@ def test_a_full_disk_stops_the_run_with_its_checkpoints_intact(tmp_path):
     def cap_file_size() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
-    cmd = [sys.executable, "-m", "mlxe", "train", "configs/cartpole_dqn.yaml", "--no-progress", f"run.dir={tmp_path}",
+    cmd = [sys.executable, "-m", "mlxe", "train", "configs/zoo/dqn/CartPole-v1.yaml", "--no-progress", f"run.dir={tmp_path}",
            "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "stop.eval_return=null",
            "run.checkpoint_every=2", "stop.max_env_steps=20000", "start_method=fork"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=cap_file_size)

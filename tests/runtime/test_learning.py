@@ -19,10 +19,10 @@ def test_an_lstm_solves_cartpole_without_velocities_where_an_mlp_does_not(tmp_pa
     # greedy mean of 475 in 7,680-23,040 env steps; the MLP's best greedy mean in 30,000 was 44.
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "seed=3", "stop.max_env_steps=30720"]
-    lstm = mlxe.train(mlxe.load_config("configs/cartpole_novel_ppo_lstm.yaml", quiet)).summary
+    lstm = mlxe.train(mlxe.load_config("configs/zoo/ppo/CartPoleNoVel-v1.yaml", quiet)).summary
     assert lstm["stop_reason"] == "eval_return" and lstm["best"]["score"] >= 450, lstm
     mlp = mlxe.train(mlxe.load_config(
-        "configs/cartpole_novel_ppo_lstm.yaml", [*quiet, "model.core=none", "model.trunk=[64]"]
+        "configs/zoo/ppo/CartPoleNoVel-v1.yaml", [*quiet, "model.core=none", "model.trunk=[64]"]
     )).summary
     assert mlp["stop_reason"] == "max_env_steps" and mlp["best"]["score"] < 200, mlp
 
@@ -55,5 +55,5 @@ def test_trpo_learns_pendulum(tmp_path):
     # 40,960 env steps (-200 at 45,056) with two Executor processes
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "seed=0", "stop.eval_return=-250", "stop.max_env_steps=90000"]
-    summary = mlxe.train(mlxe.load_config("configs/pendulum_trpo.yaml", quiet)).summary
+    summary = mlxe.train(mlxe.load_config("configs/zoo/trpo/Pendulum-v1.yaml", quiet)).summary
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary

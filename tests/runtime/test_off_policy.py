@@ -14,13 +14,13 @@ def train(tmp_path, config: str, *overrides: str) -> dict:
 
 def test_sac_learns_pendulum_with_two_executor_processes(tmp_path):
     # seed 0 reached -200 in 4,000 env steps (3,900 gradient steps)
-    summary = train(tmp_path, "configs/pendulum_sac.yaml", "arch=is", "executors=2", "stop.max_env_steps=8000")
+    summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", "arch=is", "executors=2", "stop.max_env_steps=8000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary
 
 
 def test_td3_learns_pendulum(tmp_path):
     # seed 0 reached -200 in 7,600 env steps with 1,000 uniform ones first
-    summary = train(tmp_path, "configs/pendulum_td3.yaml", "algo.learning_starts=1000", "stop.max_env_steps=15000")
+    summary = train(tmp_path, "configs/zoo/td3/Pendulum-v1.yaml", "algo.learning_starts=1000", "stop.max_env_steps=15000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary
 
 

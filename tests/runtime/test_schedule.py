@@ -14,7 +14,7 @@ from mlxe.runtime.transport.weights import SharedWeights
 def ppo_config(tmp_path, *overrides):
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "start_method=fork"]
-    return load_config("configs/cartpole_ppo.yaml", [*quiet, *overrides])
+    return load_config("configs/zoo/ppo/CartPole-v1.yaml", [*quiet, *overrides])
 
 
 def executor(cfg):
@@ -83,7 +83,7 @@ def test_ppo_solves_cartpole(tmp_path):
 @pytest.mark.parametrize("algo, threshold", [("a2c", 475), ("pg", 195)])
 def test_a2c_and_pg_solve_cartpole(tmp_path, algo, threshold):
     """The greedy mean return over 20 episodes reaches the threshold within the config's step budget."""
-    cfg = load_config(f"configs/cartpole_{algo}.yaml", [f"run.dir={tmp_path}", "run.progress=false",
+    cfg = load_config(f"configs/zoo/{algo}/CartPole-v1.yaml", [f"run.dir={tmp_path}", "run.progress=false",
                       "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork", "seed=0"])
     s = mlxe.train(cfg).summary
     assert s["stop_reason"] == "eval_return", s
@@ -139,7 +139,7 @@ def test_filter_statistics_are_checkpointed_merged_and_used_in_evaluation(tmp_pa
 def dqn_config(tmp_path, *overrides):
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "start_method=fork"]
-    return load_config("configs/cartpole_dqn.yaml", [*quiet, *overrides])
+    return load_config("configs/zoo/dqn/CartPole-v1.yaml", [*quiet, *overrides])
 
 
 def test_dqn_solves_cartpole(tmp_path):

@@ -8,7 +8,7 @@ from mlxe.runtime.checkpoints import load_checkpoint
 def oa_config(tmp_path, *overrides):
     quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
              "run.eval_after=0", "start_method=fork", "arch=oa"]
-    return load_config("configs/cartpole_ppo.yaml", [*quiet, *overrides])
+    return load_config("configs/zoo/ppo/CartPole-v1.yaml", [*quiet, *overrides])
 
 
 def test_oa_checkpoints_with_rollouts_in_flight_and_resumes(tmp_path):

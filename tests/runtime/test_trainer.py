@@ -36,7 +36,7 @@ def test_the_goal_episode_weights_are_best_pt_not_the_model_trained_past_them(ma
 
 
 def test_best_pt_of_an_on_policy_run_holds_the_weights_that_played_the_goal_episode(tmp_path):
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=60",
         "env.max_episode_steps=60", "stop.max_env_steps=60000", "arch=is"])
     result = mlxe.train(cfg)
@@ -52,7 +52,7 @@ def test_best_pt_of_an_on_policy_run_holds_the_weights_that_played_the_goal_epis
 
 
 def test_best_pt_follows_the_best_evaluation(tmp_path):
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
         "stop.max_env_steps=2560", "stop.eval_episodes=5"])
     result = mlxe.train(cfg)
@@ -68,7 +68,7 @@ def test_best_pt_follows_the_best_evaluation(tmp_path):
 def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
     from mlxe.cli import main
 
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
         "stop.max_env_steps=1280"])
     run_dir = mlxe.train(cfg).run_dir
@@ -82,7 +82,7 @@ def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
 
 
 def test_a_resume_keeps_the_best_score_of_best_pt_even_when_last_pt_is_older(tmp_path):
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=600",
         "stop.max_env_steps=1280", "run.checkpoint_every=1000"])  # last.pt only at the end
     first = mlxe.train(cfg)
@@ -97,7 +97,7 @@ def test_a_resume_keeps_the_best_score_of_best_pt_even_when_last_pt_is_older(tmp
 
 
 def test_under_oa_best_pt_acts_with_the_weights_that_played_the_goal_episode(tmp_path):
-    cfg = load_config("configs/cartpole_ppo.yaml", [
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=60",
         "env.max_episode_steps=60", "stop.max_env_steps=60000", "arch=oa", "start_method=fork"])
     result = mlxe.train(cfg)
@@ -113,7 +113,7 @@ def test_under_oa_best_pt_acts_with_the_weights_that_played_the_goal_episode(tmp
 def test_the_summary_says_how_long_the_process_took_to_its_first_rollout(tmp_path):
     from mlxe.runtime.trainer import process_age_s
 
-    result = mlxe.train(load_config("configs/cartpole_ppo.yaml", [
+    result = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_return=null", "stop.max_env_steps=512"]))
     age = process_age_s()
     if age is None:

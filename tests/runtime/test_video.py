@@ -17,7 +17,7 @@ QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.e
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("runs")
-    return mlxe.train(load_config("configs/cartpole_ppo.yaml", [f"run.dir={path}", *QUIET, "stop.max_env_steps=1024"])).run_dir
+    return mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={path}", *QUIET, "stop.max_env_steps=1024"])).run_dir
 
 
 @pytest.mark.parametrize("suffix", [".gif", ".mp4"])

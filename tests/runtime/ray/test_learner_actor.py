@@ -36,8 +36,8 @@ def ray_with_a_gpu():
 
 @pytest.fixture
 def config(tmp_path):
-    """``config(*overrides)``: configs/cartpole_ppo.yaml on Ray, quiet, IS, with a step budget only."""
-    return lambda *overrides: load_config("configs/cartpole_ppo.yaml", [f"run.dir={tmp_path}", *QUIET, *overrides])
+    """``config(*overrides)``: configs/zoo/ppo/CartPole-v1.yaml on Ray, quiet, IS, with a step budget only."""
+    return lambda *overrides: load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", *QUIET, *overrides])
 
 
 def per_iteration(cfg) -> int:
@@ -127,7 +127,7 @@ def test_the_learner_actor_takes_a_cpu_from_auto_executors(config):
 @pytest.mark.parametrize(
     "path, overrides, match",
     [
-        ("configs/cartpole_ppo.yaml", ["ray.learner_num_gpus=-1"],
+        ("configs/zoo/ppo/CartPole-v1.yaml", ["ray.learner_num_gpus=-1"],
          r"ray\.learner_num_gpus: -1\.0 is not allowed; expected a value >= 0"),
         ("configs/cartpole_a3c.yaml", ["ray.mode=async_gradients", "ray.learner_num_gpus=1"],
          r"ray\.learner_num_gpus: 1\.0 is not allowed with ray\.mode 'async_gradients'; expected 0 \(the parameter "
@@ -137,7 +137,7 @@ def test_the_learner_actor_takes_a_cpu_from_auto_executors(config):
 def test_config_rules_of_the_learner_actor(path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(path, ["backend=ray", "arch=is", *overrides])
-    assert load_config("configs/cartpole_pg.yaml", ["backend=ray", "arch=oa", "ray.learner_num_gpus=0.5"]).ray.learner_num_gpus == 0.5
+    assert load_config("configs/zoo/pg/CartPole-v1.yaml", ["backend=ray", "arch=oa", "ray.learner_num_gpus=0.5"]).ray.learner_num_gpus == 0.5
     assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "ray.learner_num_gpus=1"]).ray.learner_num_gpus == 1.0
 
 
@@ -145,8 +145,8 @@ def test_the_off_policy_learner_in_its_actor_replays_the_driver_run(tmp_path):
     """SAC's Learner (actor, twin critics, one replay for both Executors) in an actor of its own:
     the same episodes, gradient steps and networks as in the driver."""
     budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1200"]
-    driver = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'driver'}", *budget]))
-    actor = mlxe.train(load_config("configs/pendulum_sac.yaml",
+    driver = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'driver'}", *budget]))
+    actor = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml",
                                    [f"run.dir={tmp_path / 'actor'}", "ray.learner_num_gpus=1", *budget]))
     for key in ("episodes", "env_steps", "updates", "best_return"):
         assert actor.summary[key] == driver.summary[key], key

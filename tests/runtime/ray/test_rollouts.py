@@ -46,9 +46,9 @@ def ray_for_the_module():
 
 @pytest.fixture
 def config(tmp_path):
-    """``config(algo, *overrides)``: configs/cartpole_{algo}.yaml, quiet, IS, with a step budget only."""
+    """``config(algo, *overrides)``: configs/zoo/{algo}/CartPole-v1.yaml, quiet, IS, with a step budget only."""
     return lambda algo, *overrides: load_config(
-        f"configs/cartpole_{algo}.yaml", [f"run.dir={tmp_path}", *QUIET, "stop.eval_return=null", *overrides]
+        f"configs/zoo/{algo}/CartPole-v1.yaml", [f"run.dir={tmp_path}", *QUIET, "stop.eval_return=null", *overrides]
     )
 
 
@@ -154,17 +154,17 @@ def test_a2c_and_pg_train_on_ray(config, algo):
 )
 def test_config_rules_of_the_algorithms_on_ray(overrides, match):
     with pytest.raises(ConfigError, match=match):
-        load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", *overrides])
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", ["backend=ray", "arch=is", *overrides])
     for arch in ("is", "oa"):
-        assert load_config("configs/cartpole_pg.yaml", ["backend=ray", f"arch={arch}"]).arch == arch
-    assert load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", "ray.mode=async_experience"]).ray.max_lag == 4
-    assert load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=is", "ray.min_finished_workers=1"])
+        assert load_config("configs/zoo/pg/CartPole-v1.yaml", ["backend=ray", f"arch={arch}"]).arch == arch
+    assert load_config("configs/zoo/ppo/CartPole-v1.yaml", ["backend=ray", "arch=is", "ray.mode=async_experience"]).ray.max_lag == 4
+    assert load_config("configs/zoo/ppo/CartPole-v1.yaml", ["backend=ray", "arch=is", "ray.min_finished_workers=1"])
 
 
 def test_ia_on_ray_needs_episode_iterations():
     assert load_config("configs/cartpole_a3c.yaml", ["backend=ray", "arch=ia"]).arch == "ia"
     with pytest.raises(ConfigError, match=r"arch: 'ia' is not allowed with algo\.name 'ppo'"):
-        load_config("configs/cartpole_ppo.yaml", ["backend=ray", "arch=ia"])
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", ["backend=ray", "arch=ia"])
 
 
 def test_sac_on_two_ray_actors_replays_the_local_run(tmp_path):
@@ -172,8 +172,8 @@ def test_sac_on_two_ray_actors_replays_the_local_run(tmp_path):
     episodes, gradient steps and networks as the local IS run of the seed."""
     budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1600",
               "stop.eval_return=null"]
-    local = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'local'}", *budget]))
-    on_ray = mlxe.train(load_config("configs/pendulum_sac.yaml", [f"run.dir={tmp_path / 'ray'}", "backend=ray", *budget]))
+    local = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'local'}", *budget]))
+    on_ray = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'ray'}", "backend=ray", *budget]))
     for key in ("episodes", "env_steps", "updates", "best_return"):
         assert on_ray.summary[key] == local.summary[key], key
     a, b = (load_checkpoint(r.run_dir)["learner"] for r in (local, on_ray))
