@@ -162,6 +162,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
             sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
         )
+    elif args.bench == "zoo":
+        from mlxe.bench.zoo import bench_zoo
+
+        out = bench_zoo(
+            only=args.only.split(",") if args.only else None, seeds=args.seeds, sb3_python=args.sb3_python,
+            defaults=args.defaults, overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "budget":
         from mlxe.bench.budget import bench_budget
 
@@ -274,14 +281,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--goal-wall-seconds", type=float, default=180.0)
     sb3_help = "a Python with stable-baselines3 and rl-zoo3: also run Stable-Baselines3 side by side"
     b = bench_parser(
-        "solve", "wall time and env steps to a greedy solve (CartPole-v1 475, Pendulum-v1 -200)", None,
-        {"env": "CartPole-v1, CartPoleNoVel-v1 or Pendulum-v1", "algo": "ppo, a2c, pg, dqn (CartPole-v1); ppo, sac, td3, ddpg, trpo (Pendulum-v1)"},
+        "solve", "wall time and env steps to a greedy solve (CartPole-v1 475, Pendulum-v1 -200, or the config's goal)",
+        None, {"env": "an env id with a zoo entry (configs/zoo/ALGO/ENV.yaml), or any with --config", "algo": "e.g. ppo"},
     )
     b.add_argument("--seeds", type=int, default=5)
-    b.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of each run")
+    b.add_argument("--max-steps", type=int, default=None, help="env-step budget of each run (default: the config's)")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
     b.add_argument("--sb3-hp", action="append", default=[], metavar="KEY=VALUE",
                    help="replace one of RL-Zoo's hyper-parameters of the Stable-Baselines3 side (repeatable)")
+    b = bench_parser("zoo", "every zoo entry (or --only some) to its goal from several seeds, beside SB3 on RL-Zoo's settings",
+                     None)
+    b.add_argument("--seeds", type=int, default=3)
+    b.add_argument("--only", default=None, help="comma-separated entries as ALGO/ENV, e.g. ppo/CartPole-v1,sac/Pendulum-v1")
+    b.add_argument("--defaults", action="store_true", help="train each pair's defaults (mlxe train --env --no-zoo) instead")
+    b.add_argument("--sb3-python", default=None, help=sb3_help)
     b = bench_parser(
         "budget", "the greedy return after a fixed env-step budget and its wall time, e.g. SAC on HalfCheetah-v5", None,
         {"env": "e.g. HalfCheetah-v5", "algo": "sac (HalfCheetah-v5), or any with --config"},

@@ -13,6 +13,7 @@ anything MLxE needs, and prints one JSON object on its last line. An Atari id us
 * ``throughput``: train ``--steps`` env steps with no evaluation; env steps per second of ``learn``.
 * ``startup``: import, build the model and take one env step; the seconds from the process's
   start to then (from Linux's /proc, as MLxE's ``startup_s``).
+* ``hyperparams``: RL-Zoo's settings for ``--algo`` on ``--env``; exits non-zero when it has none.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def process_age_s() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["solve", "budget", "throughput", "startup"])
+    parser.add_argument("task", choices=["solve", "budget", "throughput", "startup", "hyperparams"])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--seed", type=int, default=0)
@@ -209,7 +210,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50_000, help="throughput, budget: env steps to train")
     parser.add_argument("--hp", action="append", default=[], help="solve: key=value replacing an RL-Zoo value")
     args = parser.parse_args()
-    result = {"solve": solve, "budget": budget, "throughput": throughput, "startup": startup}[args.task](args)
+    tasks = {"solve": solve, "budget": budget, "throughput": throughput, "startup": startup,
+             "hyperparams": lambda a: {"hyperparams": zoo_hyperparams(a.algo, a.env)}}
+    result = tasks[args.task](args)
     print(json.dumps(result))
 
 

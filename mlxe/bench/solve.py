@@ -57,6 +57,12 @@ def startup_seconds(command: list[str], runs: Path | None = None) -> float:
     return float(result["startup_s"])
 
 
+def _shown(config: str | Path) -> str:
+    """A config's path as a reader would type it: relative to the working directory when inside it."""
+    path = Path(config).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(config)
+
+
 def _ratio(ours: list[float], theirs: list[float]) -> str:
     if not ours or not theirs:
         return "n/a"
@@ -72,20 +78,30 @@ def bench_solve(
     sb3_hp: list[str] | None = None,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
-    max_steps: int = 200_000,
+    max_steps: int | None = None,
+    threshold: float | None = None,
+    eval_episodes: int = 20,
 ) -> Path:
-    """Run the benchmark; returns the path of the markdown report."""
+    """Run the benchmark; returns the path of the markdown report.
+
+    ``threshold``: the goal (default: :data:`THRESHOLDS`, else the config's ``stop.eval_return``);
+    ``max_steps``: the budget in env steps (default: the config's ``stop.max_env_steps``).
+    """
     from mlxe.api import train
     from mlxe.config import ConfigError, load_config
 
-    if env_id not in THRESHOLDS:
-        raise ConfigError(f"no solve threshold for {env_id!r}; known: {', '.join(THRESHOLDS)}")
     config = config or zoo_config(algo, env_id)
-    threshold = THRESHOLDS[env_id]
+    own = load_config(config, list(overrides or []))
+    threshold = threshold if threshold is not None else THRESHOLDS.get(env_id, own.stop.eval_return)
+    if threshold is None:
+        raise ConfigError(f"no solve threshold for {env_id!r}: set stop.eval_return in {config}; known: {', '.join(THRESHOLDS)}")
+    max_steps = max_steps or own.stop.max_env_steps
+    if max_steps is None:
+        raise ConfigError(f"no budget for {env_id!r}: pass --max-steps or set stop.max_env_steps in {config}")
     out = bench_dir(f"solve-{env_id}-{algo}", out_dir)
     base = [
         *(overrides or []), *QUIET, f"run.dir={out / 'runs'}", f"env.id={env_id}", f"algo.name={algo}",
-        f"stop.eval_return={threshold}", "stop.eval_episodes=20", f"stop.max_env_steps={max_steps}",
+        f"stop.eval_return={threshold}", f"stop.eval_episodes={eval_episodes}", f"stop.max_env_steps={max_steps}",
     ]
     probe = load_config(config, base)
     per_iteration = probe.num_executors() * probe.envs_per_executor * probe.rollout.steps
@@ -107,6 +123,7 @@ def bench_solve(
             theirs = sb3(
                 sb3_python, "solve", f"--env={env_id}", f"--algo={sb3_algo}", f"--seed={seed}",
                 f"--threshold={threshold}", f"--eval-every={eval_every_steps}", f"--max-steps={max_steps}",
+                f"--eval-episodes={eval_episodes}",
                 *(f"--hp={item}" for item in sb3_hp or []),
             )
             results["sb3"].append(theirs)
@@ -131,9 +148,9 @@ def bench_solve(
     sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
     zoo = f"RL-Zoo with {', '.join(sb3_hp)}" if sb3_hp else "RL-Zoo"
     peer = "Stable-Baselines3" if sb3_algo == algo else f"Stable-Baselines3 {sb3_algo}"
-    names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": f"{peer} ({zoo})"}
+    names = {"mlxe": f"MLxE ({_shown(config)})", "sb3": f"{peer} ({zoo})"}
     lines = [
-        f"# {algo.upper()} solves {env_id} (greedy mean of 20 episodes >= {threshold:g}), {seeds} seeds",
+        f"# {algo.upper()} solves {env_id} (greedy mean of {eval_episodes} episodes >= {threshold:g}), {seeds} seeds",
         "",
         f"Evaluated every {eval_every_steps:,} env steps; training wall time excludes the evaluations. "
         "Median [min-max] over the successful runs.",

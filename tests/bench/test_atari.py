@@ -3,7 +3,6 @@
 import pytest
 
 from mlxe.bench.atari import bench_atari
-from tests.bench.test_solve_throughput import fake_sb3  # noqa: F401  (the fixture)
 
 pytest.importorskip("ale_py")
 
@@ -11,7 +10,7 @@ TINY = ["executors=1", "envs_per_executor=2", "rollout.steps=16", "algo.batch_si
         "torch_threads=1"]
 
 
-def test_atari_bench_reports_rates_side_by_side(tmp_path, fake_sb3):  # noqa: F811
+def test_atari_bench_reports_rates_side_by_side(tmp_path, fake_sb3):
     python, log = fake_sb3
     path = bench_atari(archs=["is"], steps=96, acting_envs=[2], rounds=2, acting_seconds=0.5,
                        sb3_python=str(python), overrides=TINY, out_dir=tmp_path / "out")

@@ -1,7 +1,6 @@
 """``mlxe bench solve`` and ``mlxe bench throughput`` (Stable-Baselines3 stood in for by a stub)."""
 
 import json
-import stat
 
 import pytest
 
@@ -10,24 +9,6 @@ from mlxe.bench.throughput import acting_only, bench_throughput
 
 SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "algo.batch_size=64",
          "algo.epochs=2", "stop.eval_every=2"]
-
-
-@pytest.fixture
-def fake_sb3(tmp_path):
-    """An 'interpreter' that answers the SB3 runner's tasks with fixed results, logging its arguments."""
-    log = tmp_path / "sb3-calls.txt"
-    script = tmp_path / "fake-python"
-    script.write_text(f"""#!/bin/sh
-echo "$@" >> {log}
-case "$2" in
-  solve) echo '{{"goal_reached": true, "env_steps": 1000, "train_s": 4.0, "eval_s": 1.0, "eval_return": 480.0, "n_envs": 8}}' ;;
-  throughput) echo '{{"env_steps": 5000, "wall_s": 2.0, "steps_per_s": 2500.0, "n_envs": 8}}' ;;
-  startup) echo '{{"startup_s": 1.5}}' ;;
-  *) echo '{{}}' ;;
-esac
-""")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script, log
 
 
 def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake_sb3):
@@ -48,9 +29,12 @@ def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake
     assert results["startup_s"]["mlxe"] > 0
 
 
-def test_solve_rejects_an_env_without_threshold(tmp_path):
-    with pytest.raises(ValueError, match="no solve threshold for 'Acrobot-v1'"):
+def test_solve_needs_a_config_and_a_goal(tmp_path):
+    with pytest.raises(ValueError, match="no zoo config for ppo on Acrobot-v1"):
         bench_solve("Acrobot-v1", "ppo", out_dir=tmp_path)
+    with pytest.raises(ValueError, match="no solve threshold for 'Acrobot-v1': set stop.eval_return"):
+        bench_solve("Acrobot-v1", "ppo", config="configs/zoo/ppo/CartPole-v1.yaml", overrides=["stop.eval_return=null"],
+                    out_dir=tmp_path)
 
 
 def test_throughput_tables_whole_loop_against_sb3_and_acting_against_the_floor(tmp_path, fake_sb3):
