@@ -100,7 +100,7 @@ def test_a_config_error_is_one_line_and_exit_2(monkeypatch, capsys):
 
 def test_bad_bench_arguments_are_one_line_errors(capsys):
     assert main(["bench", "solve", "CartPol-v1", "ppo"]) == 2
-    assert capsys.readouterr().err.startswith("mlxe: error: no solve threshold for 'CartPol-v1'; known: CartPole-v1")
+    assert capsys.readouterr().err.startswith("mlxe: error: no zoo config for ppo on CartPol-v1 (")
     assert main(["bench", "ablations", "--only", "baseline;+nothing"]) == 2
     assert capsys.readouterr().err.startswith("mlxe: error: --only: unknown variant '+nothing'; known: ")
 

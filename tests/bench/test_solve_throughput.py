@@ -30,8 +30,8 @@ def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake
 
 
 def test_solve_needs_a_config_and_a_goal(tmp_path):
-    with pytest.raises(ValueError, match="no zoo config for ppo on Acrobot-v1"):
-        bench_solve("Acrobot-v1", "ppo", out_dir=tmp_path)
+    with pytest.raises(ValueError, match="no zoo config for ppo on MountainCar-v0"):
+        bench_solve("MountainCar-v0", "ppo", out_dir=tmp_path)
     with pytest.raises(ValueError, match="no solve threshold for 'Acrobot-v1': set stop.eval_return"):
         bench_solve("Acrobot-v1", "ppo", config="configs/zoo/ppo/CartPole-v1.yaml", overrides=["stop.eval_return=null"],
                     out_dir=tmp_path)

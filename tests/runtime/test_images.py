@@ -25,7 +25,7 @@ CNN = ["model.encoder=cnn", "model.conv=[[16,3,1]]", "model.trunk=[64]", "model.
 
 def catch_config(tmp_path, algo: str = "ppo", *overrides):
     return mlxe.load_config(
-        f"configs/zoo/{algo}/CartPole-v1.yaml", [f"run.dir={tmp_path}", *QUIET, f"env.id={CATCH}", "env.max_episode_steps=20", *CNN, *overrides]
+        "configs/cartpole_a3c.yaml" if algo == "a3c" else f"configs/zoo/{algo}/CartPole-v1.yaml", [f"run.dir={tmp_path}", *QUIET, f"env.id={CATCH}", "env.max_episode_steps=20", *CNN, *overrides]
     )
 
 
