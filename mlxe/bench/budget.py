@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, median_range, zoo_config
+from mlxe.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
 from mlxe.bench.solve import sb3
 
 
@@ -42,6 +42,7 @@ def bench_budget(
         f"run.eval_after={eval_episodes}",
     ]
     results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
+    import_optimizer_machinery()
     for seed in range(seeds):
         s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
         mine = {"env_steps": s["env_steps"], "train_s": s["wall_s"] - s["eval_s"], "return": s["evaluation_last"]["mean_return"]}

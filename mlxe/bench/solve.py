@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, median_range, zoo_config
+from mlxe.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
 
 THRESHOLDS = {"CartPole-v1": 475.0, "CartPoleNoVel-v1": 475.0, "Pendulum-v1": -200.0}
 SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO
@@ -109,6 +109,7 @@ def bench_solve(
 
     sb3_algo = SB3_ALGOS.get((env_id, algo), algo)
     results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
+    import_optimizer_machinery()
     for seed in range(seeds):
         s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
         mine = {
