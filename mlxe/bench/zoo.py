@@ -80,7 +80,8 @@ def bench_zoo(
         )
         results = json.loads((out / name / "results.json").read_text())
         rows.append({"entry": f"{algo}/{path.stem}", "goal": stop.eval_return, "budget": stop.max_env_steps,
-                     "mlxe": results["mlxe"], "sb3": results["sb3"] if peer else None})
+                     "mlxe": results["mlxe"], "sb3": results["sb3"] if peer else None,
+                     "sb3_missing": None if peer else "no RL-Zoo entry" if sb3_python else "SB3 not run"})
         (out / "results.json").write_text(json.dumps(rows, indent=2))
     report = out / "zoo.md"
     report.write_text(zoo_table(rows, seeds, defaults))
@@ -113,7 +114,7 @@ def zoo_table(rows: list[dict], seeds: int, defaults: bool) -> str:
                  median_range(_solved(ours, "train_s"), 2)]
         theirs = row["sb3"]
         if theirs is None:
-            cells += ["no RL-Zoo entry", "", "", ""]
+            cells += [row.get("sb3_missing") or "no RL-Zoo entry", "", "", ""]
         else:
             mine_s, their_s = _solved(ours, "train_s"), _solved(theirs, "train_s")
             ratio = f"{np.median(mine_s) / np.median(their_s):.2f}" if mine_s and their_s else "n/a"
