@@ -103,7 +103,7 @@ def evaluate(
     record the episodes to (played one after another in a rendering environment; with its frame
     count and rate in the result).
     """
-    from mlxe.algos import algorithm
+    from mlxe.algos import for_config
     from mlxe.envs.filters import Filters
     from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint
     from mlxe.runtime.evaluation import evaluate_vectorized
@@ -121,7 +121,7 @@ def evaluate(
     state = load_checkpoint(path)
     spec = problem_spec(config)
     seed = config.seed if seed is None else seed
-    policy = algorithm(config.algo.name).make_policy(config, spec, seed)
+    policy = for_config(config).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})

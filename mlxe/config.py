@@ -53,7 +53,11 @@ class TaskConfig:
 
 @dataclass
 class EnvConfig:
-    id: str = "CartPole-v1"  # a Gymnasium id or "package.module:Class"
+    id: str = "CartPole-v1"  # a Gymnasium id or "package.module:Class"; pettingzoo: "package.module[:function]"
+    # "pettingzoo": a multi-agent environment (PettingZoo's parallel API, or its AEC API converted),
+    # ``id`` a module with ``parallel_env`` (or ``env``) or a "package.module:function" making one;
+    # every agent acts with the policy ``agent_to_policy`` maps it to
+    api: Literal["gymnasium", "pettingzoo"] = "gymnasium"
     kwargs: dict[str, Any] = field(default_factory=dict)
     # training and evaluation episodes are cut (truncated) here; null: the environment's own limit
     max_episode_steps: int | None = None
@@ -248,6 +252,20 @@ class RayConfig:
 
 
 @dataclass
+class PolicyConfig:
+    """One policy of a multi-agent run (``policies.<name>``): learned with the run's ``algo`` and
+    ``model`` sections as changed here, or a rule that is never trained."""
+
+    # Keys of the run's algo: section changed for this policy; with another algo.name, the whole
+    # section of that algorithm (the run's keys belong to another dataclass).
+    algo: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # keys of the run's model: section changed
+    # "package.module:function": actions [B] (or [B, A]) for a batch of the agents' observations
+    # [B, *obs], e.g. a scripted opponent; never trained
+    rule: str | None = None
+
+
+@dataclass
 class Config:
     name: str = "run"
     seed: int = 0
@@ -272,6 +290,11 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    # Multi-agent runs (env.api: pettingzoo): the policies by name, and which agent acts with which
+    # (an agent's name, or a shell pattern such as "adversary_*"; names win over patterns, patterns
+    # in the order written). No policies: one policy, "shared", for every agent.
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    agent_to_policy: dict[str, str] = field(default_factory=dict)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
@@ -280,6 +303,10 @@ class Config:
             cores = os.cpu_count() or 1
             return max(1, cores - 1 if self.arch == "oa" else cores)
         return self.executors
+
+    def for_policy(self, name: str) -> Config:
+        """The config policy ``name`` of a multi-agent run learns with (:func:`policy_config`)."""
+        return policy_config(self, name)
 
 
 # --------------------------------------------------------------------------- validation
@@ -330,7 +357,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+        key_tp, value_tp = typing.get_args(tp) or (Any, Any)
+        if value_tp is Any:
+            return dict(value)
+        for k in value:
+            if not isinstance(k, str) or not k:
+                raise ConfigError(f"{key}: {k!r} is not allowed as a name; expected a non-empty string")
+        return {k: _coerce(v, value_tp, f"{key}.{k}") for k, v in value.items()}
     if tp is type(None):
         if value is None:
             return None
@@ -429,9 +462,9 @@ def _check_ranges(cfg: Config) -> None:
         key, value = ("icm.nu", cfg.icm.nu) if cfg.icm.nu < 0 else ("icm.beta", cfg.icm.beta)
         raise ConfigError(f"{key}: {value!r} is not allowed; expected nu >= 0 and beta in [0, 1]")
     cfg.algo.check(cfg)
-    from mlxe.algos import algorithm
+    from mlxe.algos import for_config
 
-    if cfg.arch == "ia" and algorithm(cfg.algo.name).iteration != "episode":
+    if cfg.arch == "ia" and for_config(cfg).iteration != "episode":
         raise ConfigError(
             f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (its iterations are segments, not "
             "episodes to wait for); expected 'istb', 'is' or 'oa'"
@@ -444,6 +477,71 @@ def _check_ranges(cfg: Config) -> None:
             f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "
             f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
         )
+    _check_policies(cfg)
+
+
+def _check_policies(cfg: Config) -> None:
+    """A multi-agent run's sections: each policy's own config valid, every mapping to a known policy."""
+    if cfg.env.api != "pettingzoo":
+        for key in ("policies", "agent_to_policy"):
+            if getattr(cfg, key):
+                raise ConfigError(f"{key}: a multi-agent setting, for env.api 'pettingzoo' (env.api is {cfg.env.api!r})")
+        return
+    env_defaults = EnvConfig()
+    for key in ("max_episode_steps", "atari", "frame_stack", "wrappers"):
+        if getattr(cfg.env, key) != getattr(env_defaults, key):
+            raise ConfigError(
+                f"env.{key}: not a setting of a PettingZoo environment (env.api 'pettingzoo'); "
+                "its own kwargs (e.g. max_cycles) shape its episodes"
+            )
+    if cfg.env.task.enabled:
+        raise ConfigError("env.task.enabled: the CartPole task is a Gymnasium environment, not env.api 'pettingzoo'")
+    for agent, policy in cfg.agent_to_policy.items():
+        if policy not in cfg.policies:
+            known = ", ".join(cfg.policies) or "none: set policies"
+            raise ConfigError(f"agent_to_policy.{agent}: unknown policy {policy!r}; policies: {known}")
+    if cfg.backend == "ray" and cfg.ray.mode == "async_gradients":
+        raise ConfigError("ray.mode: 'async_gradients' serves one policy's gradients; a multi-agent run uses 'sync' or 'async_experience'")
+    for name, policy in cfg.policies.items():
+        if policy.rule is not None:
+            if policy.algo or policy.model:
+                raise ConfigError(f"policies.{name}.rule: a rule policy is never trained; remove its algo and model keys")
+            if not re.fullmatch(r"[\w.]+:\w+", policy.rule):
+                raise ConfigError(f"policies.{name}.rule: {policy.rule!r} is not allowed; expected 'package.module:function'")
+            continue
+        _check_policy_algo(name, cfg.for_policy(name))  # validates the policy's own config
+    if not cfg.policies:
+        _check_policy_algo("shared", cfg)
+
+
+def _check_policy_algo(name: str, cfg: Config) -> None:
+    from mlxe.algos import algorithm
+
+    if algorithm(cfg.algo.name).iteration == "episode":
+        raise ConfigError(
+            f"policies.{name}.algo.name: {cfg.algo.name!r} learns from whole episodes; the policies of a "
+            "multi-agent run learn from segments (ppo, a2c, pg, trpo, dqn, ddpg, td3, sac)"
+        )
+
+
+def policy_config(cfg: Config, name: str) -> Config:
+    """The config policy ``name`` of a multi-agent run learns with: the run's, with the policy's
+    ``algo`` and ``model`` keys (errors name ``policies.<name>.``)."""
+    own = cfg.policies[name]
+    data = to_dict(cfg)
+    data["policies"], data["agent_to_policy"] = {}, {}
+    data["env"]["api"] = "gymnasium"  # one agent's view: validated as a single-agent config
+    if own.algo.get("name", cfg.algo.name) == cfg.algo.name:
+        data["algo"].update(own.algo)
+    else:
+        data["algo"] = dict(own.algo)
+    data["model"].update(own.model)
+    try:
+        one = _build(Config, data)
+        _check_ranges(one)
+    except ConfigError as e:
+        raise ConfigError(f"policies.{name}.{e}") from None
+    return dataclasses.replace(one, env=cfg.env)
 
 
 def _check_model(m: ModelConfig) -> None:

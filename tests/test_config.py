@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -614,3 +615,32 @@ def test_an_unknown_key_is_a_config_error_naming_it(key):
         load_config(overrides=[f"{key}=1"])
     except ConfigError as e:
         assert key.split(".")[0] in str(e)
+
+
+MULTI = ["env.id=mlxe.envs.twin_cartpole", "env.api=pettingzoo", "algo.name=ppo"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["policies={a: {}}"], "policies: a multi-agent setting, for env.api 'pettingzoo'"),
+    ([*MULTI, "policies={a: {}}", "agent_to_policy={cart_0: b}"], "agent_to_policy.cart_0: unknown policy 'b'; policies: a"),
+    ([*MULTI, "policies={a: {algo: {lr: -1}}}"], "policies.a.algo.lr: -1"),
+    ([*MULTI, "policies={a: {algo: {clip: 0.1, name: dqn}}}"], "policies.a.algo.clip: not a setting of algo.name 'dqn'"),
+    ([*MULTI, "policies={a: {model: {trunk: 3}}}"], "policies.a.model.trunk"),
+    ([*MULTI, "policies={a: {rule: nope}}"], "policies.a.rule: 'nope' is not allowed; expected 'package.module:function'"),
+    ([*MULTI, "policies={a: {rule: 'm:f', algo: {lr: 1}}}"], "policies.a.rule: a rule policy is never trained"),
+    ([*MULTI, "policies={a: {algo: {name: a3c}}}"], "policies.a.algo.name: 'a3c' learns from whole episodes"),
+    ([*MULTI[:2]], "policies.shared.algo.name: 'a3c' learns from whole episodes"),
+    ([*MULTI, "env.max_episode_steps=100"], "env.max_episode_steps: not a setting of a PettingZoo environment"),
+    ([*MULTI, "policies={a: 3}"], "policies.a: expected a mapping of PolicyConfig fields"),
+])
+def test_multi_agent_sections_name_the_bad_key(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, overrides)
+
+
+def test_a_policy_config_is_the_runs_with_its_own_keys():
+    cfg = load_config(None, [*MULTI, "algo.lr=0.01", "policies={a: {algo: {epochs: 2}}, b: {algo: {name: a2c}}}"])
+    a, b = cfg.for_policy("a"), cfg.for_policy("b")
+    assert a.algo.name == "ppo" and a.algo.epochs == 2 and a.algo.lr == 0.01
+    assert b.algo.name == "a2c" and b.algo.lr != 0.01  # another algorithm: its own defaults
+    assert a.env.api == "pettingzoo" and not a.policies

@@ -35,3 +35,13 @@ def config_class(name: str) -> type:
 def algorithm(name: str):
     """The :class:`mlxe.core.Algorithm` class of algorithm ``name``."""
     return module(name).Algorithm
+
+
+def for_config(cfg):
+    """The :class:`mlxe.core.Algorithm` class a run of ``cfg`` trains: ``algo.name``'s, or the
+    policy manager of a multi-agent run (``env.api: pettingzoo``), which trains one per policy."""
+    if cfg.env.api == "pettingzoo":
+        from mlxe.policies.manager import PolicyManager
+
+        return PolicyManager
+    return algorithm(cfg.algo.name)

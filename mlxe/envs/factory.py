@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 from typing import Any
 
@@ -271,3 +272,20 @@ def make_env_from_config(cfg, *, training: bool = True):
         e.id, kwargs=e.kwargs, max_episode_steps=e.max_episode_steps, task=task, atari=e.atari,
         frame_stack=e.frame_stack, wrappers=e.wrappers,
     )
+
+
+def pettingzoo_factory(env) -> functools.partial:
+    """What makes one environment of an ``env:`` section with ``api: pettingzoo``: ``id``'s
+    function ("package.module:function"), or its module's ``parallel_env`` (else ``env``), called
+    with ``kwargs``."""
+    module_name, _, name = env.id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"env.id: cannot import {module_name!r} for a PettingZoo environment ({e})") from None
+    names = [name] if name else ["parallel_env", "env"]
+    for candidate in names:
+        fn = getattr(module, candidate, None)
+        if callable(fn):
+            return functools.partial(fn, **dict(env.kwargs))
+    raise ConfigError(f"env.id: {module_name!r} has no {' or '.join(map(repr, names))} making a PettingZoo environment")

@@ -28,11 +28,12 @@ def evaluate_vectorized(
     """Play ``episodes`` greedy episodes with ``policy`` (loaded with the weights to evaluate);
     returns and lengths (raw rewards)."""
     env = make_vector_env(cfg, episodes, seed, training=False)
-    returns = np.zeros(episodes, np.float64)
-    lengths = np.zeros(episodes, np.int64)
-    running = np.ones(episodes, bool)
+    rows = env.num_envs  # a multi-agent environment has a row per agent: each agent's return counts
+    returns = np.zeros(rows, np.float64)
+    lengths = np.zeros(rows, np.int64)
+    running = np.ones(rows, bool)
     obs = env.reset()
-    state = policy.initial_state(episodes)
+    state = policy.initial_state(rows)
     while running.any():
         action, _, state = policy.act(obs if normalize_obs is None else normalize_obs(obs), state, greedy=True)
         obs, reward, terminated, truncated, _ = env.step(action)
@@ -42,6 +43,10 @@ def evaluate_vectorized(
         running &= ~ended
         state = reset_state(state, ended, policy)
     env.close()
+    scored = getattr(policy, "scored_rows", None)  # a multi-agent run's score: its learned policies' agents
+    if scored is not None:
+        rows = scored(rows)
+        returns, lengths = returns[rows], lengths[rows]
     return episode_stats(returns, lengths)
 
 

@@ -115,6 +115,11 @@ class GymVec:
 def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True):
     """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env;
     ``training=False``: evaluation's environments (normal starts)."""
+    if cfg.env.api == "pettingzoo":
+        from mlxe.envs.factory import pettingzoo_factory
+        from mlxe.envs.multiagent import AgentRows
+
+        return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
     if cfg.env.id == "CartPole-v1" and not cfg.env.task.enabled and not cfg.env.kwargs:
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
     return GymVec(cfg, num_envs, seed, training)
@@ -131,7 +136,7 @@ class RolloutExecutor:
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed)
         self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
         self.weights = weights
-        algorithm = algos.algorithm(cfg.algo.name)
+        algorithm = algos.for_config(cfg)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
         self.version = -1
         self.policy: Policy = algorithm.make_policy(cfg, self.spec, policy_seed, executors)
@@ -247,10 +252,11 @@ class RolloutExecutor:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``: the episodes in progress go on where the environments can be
-        restored whole (the fast CartPole); a Gymnasium environment starts new ones, its RNG continued."""
+        restored whole (the fast CartPole); a Gymnasium or PettingZoo environment starts new ones, its
+        RNG continued."""
         self.policy.load_state_dict(state["policy"])
         self.env.load_state_dict(state["envs"])
-        if isinstance(self.env, GymVec):
+        if not isinstance(self.env, CartPoleVec):
             self.start()
             return
         e = state["episodes"]

@@ -106,7 +106,7 @@ class LocalRollouts:
     ) -> None:
         self.cfg, self.trainer, self.seeds = cfg, trainer, seeds.executors
         self.n = n = cfg.num_executors()
-        size = algos.algorithm(cfg.algo.name).weights_size(cfg, spec)
+        size = algos.for_config(cfg).weights_size(cfg, spec)
         # two versions kept: an OA rollout is asked for with the newest, and plays with it even if the
         # Learner publishes the next one before the Executor starts (ask() tells which)
         self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
@@ -235,7 +235,7 @@ def train(
     filters and the evaluation live in this process, and the Algorithm ``make_learner`` builds
     (default: ``cfg.algo.name``'s, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
-    algorithm = algos.algorithm(cfg.algo.name)
+    algorithm = algos.for_config(cfg)
     filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
     restored = trainer.restored
     learner = (make_learner or algorithm)(cfg, spec, seeds.learner)

@@ -34,7 +34,14 @@ def replacement_seed(seed: int, restarts: int) -> int:
 
 
 def problem_spec(cfg: Config) -> NetSpec:
-    """The network spec of ``cfg`` (builds one environment to read its spaces)."""
+    """The network spec of ``cfg`` (builds one environment to read its spaces; a multi-agent run's
+    is the spec of its vector env's rows)."""
+    if cfg.env.api == "pettingzoo":
+        from mlxe.runtime.rollout import make_vector_env
+
+        probe = make_vector_env(cfg, 1, 0)
+        probe.close()
+        return net_spec(cfg, probe.observation_space, probe.n_actions)
     env = make_env_from_config(cfg)
     try:
         return net_spec(cfg, *env_spaces(env))

@@ -95,7 +95,7 @@ class GradientActor(Actor):
         self.index, self.executors = index, executors
         self.weights = ObjectStoreWeights()
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
-        self.algo = algos.algorithm(cfg.algo.name)(replace(cfg, executors=1), self.executor.spec, seed)
+        self.algo = algos.for_config(cfg)(replace(cfg, executors=1), self.executor.spec, seed)
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
             self.load_state_dict(state)

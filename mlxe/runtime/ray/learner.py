@@ -43,10 +43,10 @@ class LearnerActor(Actor):
     makes it a Ray actor with the run's resource request)."""
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        from mlxe.algos import algorithm
+        from mlxe.algos import for_config
 
         limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
-        self.learner = algorithm(cfg.algo.name)(cfg, spec, seed)
+        self.learner = for_config(cfg)(cfg, spec, seed)
 
     def describe(self) -> dict:
         """Where this actor runs, its torch device and the GPUs Ray assigned it."""
@@ -173,9 +173,9 @@ def in_driver(stats: RunStats) -> LearnerFactory:
     def make(cfg: Config, spec: NetSpec, seed: int):
         import ray
 
-        from mlxe.algos import algorithm
+        from mlxe.algos import for_config
 
-        learner = algorithm(cfg.algo.name)(cfg, spec, seed)
+        learner = for_config(cfg)(cfg, spec, seed)
         stats.learner = {
             "actor": False,
             "name": "",

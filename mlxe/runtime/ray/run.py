@@ -96,7 +96,7 @@ class RayRun:
     def evaluator(self, weights):
         """The Trainer's evaluation callback: greedy episodes with ``weights()`` in the driver."""
         cfg = self.cfg
-        policy = algos.algorithm(cfg.algo.name).make_policy(cfg, self.spec, self.seeds.evaluation)
+        policy = algos.for_config(cfg).make_policy(cfg, self.spec, self.seeds.evaluation)
 
         def evaluate() -> float:
             policy.load(weights())
