@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -61,7 +63,7 @@ def train(
             cfg = load_config(config, overrides)
         run_dir = new_run_dir(cfg)
 
-    with Trainer(cfg, run_dir, resume is not None, progress) as trainer:
+    with Trainer(cfg, run_dir, resume is not None, progress) as trainer, _served(cfg, trainer):
         try:
             reason = _run(cfg, trainer)
         except (WorkerFailed, CheckpointError) as e:
@@ -77,6 +79,27 @@ def train(
                 evaluation = evaluate(trainer.best_path, episodes=cfg.run.eval_after, config=cfg)
         summary = trainer.summary(reason, evaluation=evaluation, evaluation_last=evaluation_last)
     return TrainResult(run_dir, summary)
+
+
+@contextmanager
+def _served(cfg: Config, trainer) -> Iterator[None]:
+    """The run service for the run's lifetime, where ``run.serve`` asks for one."""
+    if cfg.run.serve is None:
+        yield
+        return
+    try:
+        from mlxe.service.server import RunService
+    except ImportError as e:
+        raise ConfigError(f"run.serve: the run service needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
+    served = str(cfg.run.serve)
+    address = served if ":" in served else f"127.0.0.1:{served}"
+    service = RunService(trainer.run_dir, address)
+    service.start()
+    trainer.say(f"serving the run at {service.url} (its token: {trainer.run_dir / 'service.json'})")
+    try:
+        yield
+    finally:
+        service.stop()
 
 
 def _apply(cfg: Config, overrides: list[str] | None) -> dict:

@@ -33,6 +33,7 @@ _Loader.add_implicit_resolver(
 
 
 DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?|auto")  # spellings of `device` (availability: mlxe.algos.device)
+SERVE = re.compile(r"(?:([\w.-]+|\[[0-9a-fA-F:]+\]):)?([0-9]{1,5})")  # run.serve: [HOST:]PORT
 
 
 class ConfigError(ValueError):
@@ -209,6 +210,11 @@ class RunConfig:
     tensorboard: bool = True
     plot: bool = True
     eval_after: int = 0  # greedy evaluation episodes when training ends (0: none)
+    status_every: float = 1.0  # seconds between rewrites of the run directory's status.json
+    # "HOST:PORT": serve the run's status, metrics, episodes and best weights over HTTP while it
+    # trains (read-only, behind a token written to the run directory's service.json; port 0: any
+    # free port); "PORT" alone: on the loopback address. null: not served.
+    serve: str | int | None = None
 
 
 @dataclass
@@ -248,7 +254,6 @@ class RayConfig:
     dc_lambda: float = 0.05
     dc_history: int = 20
     hogwild: bool = False  # Executors act on with the weights they hold while a newer pull is in flight
-    status_every: float = 1.0  # seconds between rewrites of the run directory's status.json
 
 
 @dataclass
@@ -443,6 +448,7 @@ def _check_ranges(cfg: Config) -> None:
         "run.checkpoint_every": cfg.run.checkpoint_every,
         "run.keep_checkpoints": cfg.run.keep_checkpoints,
         "run.window": cfg.run.window,
+        "run.status_every": cfg.run.status_every,
         "filters.clip": cfg.filters.clip,
     }
     for key, value in positive.items():
@@ -478,6 +484,12 @@ def _check_ranges(cfg: Config) -> None:
             f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
         )
     _check_policies(cfg)
+    if cfg.run.serve is not None:
+        served = SERVE.fullmatch(str(cfg.run.serve))
+        if served is None or int(served.group(2)) > 65535:
+            raise ConfigError(
+                f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
+            )
 
 
 def _check_policies(cfg: Config) -> None:
@@ -615,7 +627,7 @@ def _check_ray(cfg: Config) -> None:
             f"ray.promote_best: True is not allowed with ray.mode {r.mode!r}; expected false (the parameter server "
             "of ray.mode 'async_gradients' adopts the best weights)"
         )
-    for key in ("num_cpus", "connect_timeout", "extra_recv_timeout", "status_every"):
+    for key in ("num_cpus", "connect_timeout", "extra_recv_timeout"):
         if getattr(r, key) <= 0:
             raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not allowed; expected a value > 0")
     for key in ("max_extra_recv_tries", "max_lag", "dc_lambda", "learner_num_gpus"):

@@ -644,3 +644,14 @@ def test_a_policy_config_is_the_runs_with_its_own_keys():
     assert a.algo.name == "ppo" and a.algo.epochs == 2 and a.algo.lr == 0.01
     assert b.algo.name == "a2c" and b.algo.lr != 0.01  # another algorithm: its own defaults
     assert a.env.api == "pettingzoo" and not a.policies
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:8765", "8765", "0.0.0.0:0", "localhost:80", "[::1]:9000"])
+def test_run_serve_takes_host_and_port(value):
+    assert str(load_config(None, [f"run.serve={value}"]).run.serve) == value
+
+
+@pytest.mark.parametrize("value", ["host:", "host:port", "1.2.3.4:70000", "a b:1"])
+def test_a_bad_run_serve_names_the_key(value):
+    with pytest.raises(ConfigError, match="run.serve: .* is not allowed; expected 'HOST:PORT'"):
+        load_config(None, [f"run.serve='{value}'"])

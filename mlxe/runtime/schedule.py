@@ -41,6 +41,7 @@ from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.setup import Seeds, context, replacement_seed
+from mlxe.runtime.status import ExecutorStatus, StatusFile
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
@@ -116,6 +117,8 @@ class LocalRollouts:
         workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
         # one compute thread per Executor process: the Executors are the parallelism of acting
         self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), 1)
+        self.executors = [ExecutorStatus(i, f"executor-{i}", pid=self.pool.pid(i)) for i in range(n)]
+        self.status = StatusFile(trainer.run_dir, "local", cfg.arch, "local", cfg.run.status_every)
 
     def _arguments(self, i: int, state: dict | None) -> tuple:
         seed = replacement_seed(self.seeds[i], self.restarts[i])
@@ -159,6 +162,7 @@ class LocalRollouts:
             return None
         if reply is not None:
             self._pending.pop(reply[0], None)
+            self.executors[reply[0]].heard(len(reply[1][2]) if reply[1][0] == "rollout" else 0)
         return reply
 
     def _replace(self, i: int, failure: WorkerFailed) -> None:
@@ -172,7 +176,9 @@ class LocalRollouts:
         self.restarts[i] += 1
         self.episodes_lost += self.cfg.envs_per_executor
         self.trainer.say(f"{failure}; replaced ({self.restarts[i]} of run.max_restarts={limit})")
+        self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
         self.pool.restart(i, self._arguments(i, None))
+        self.executors[i].state, self.executors[i].pid = "started", self.pool.pid(i)
         msg = self._pending.pop(i, None)
         if msg is not None and msg[0] == "rollout":  # with the newest weights, from its fresh environments
             msg = ("rollout", msg[1], self.weights.version, True, msg[4])
@@ -190,9 +196,18 @@ class LocalRollouts:
         info.update(restarts=sum(self.restarts), episodes_lost=self.episodes_lost)
         self.trainer.display_extra = {"restarts": sum(self.restarts)}
         self.trainer.close_iteration(updates, info, evaluate, roles)
+        self.write_status()
 
-    def close(self) -> None:
+    def write_status(self, state: str = "running", force: bool = False) -> None:
+        extra = {"restarts": sum(self.restarts), "episodes_lost": self.episodes_lost}
+        self.status.write(self.trainer, self.executors, extra, state, force)
+
+    def close(self, state: str = "finished") -> None:
         self.pool.close()
+        for e in self.executors:
+            if e.state != "failed":
+                e.state = "done"
+        self.write_status(state, force=True)
 
 
 def run_local(cfg: Config, trainer: Trainer) -> str:
@@ -206,10 +221,13 @@ def run_local(cfg: Config, trainer: Trainer) -> str:
     # imports torch._dynamo, ~1.3 s); they read the weights only when told to play.
     states = restored.get("executors") if restored else None
     rollouts = LocalRollouts(cfg, trainer, spec, seeds, states, threads=cfg.arch == "istb")
+    state = "failed"
     try:
-        return train(cfg, trainer, spec, seeds, rollouts)
+        reason = train(cfg, trainer, spec, seeds, rollouts)
+        state = "finished"
+        return reason
     finally:
-        rollouts.close()
+        rollouts.close(state)
 
 
 def collection_rule(cfg: Config) -> tuple[Rule, dict]:

@@ -36,6 +36,9 @@ def test_a_failed_executor_is_replaced_and_the_run_completes(make_config, tmp_pa
     assert metrics["restarts"][-1] == 1 and metrics["episodes_lost"][-1] == cfg.envs_per_executor
     episodes = read_csv(result.run_dir / "episodes.csv")
     assert len(episodes["episode"]) == s["episodes"] and set(episodes["length"]) == {14}  # whole episodes only
+    status = json.loads((result.run_dir / "status.json").read_text())
+    failed = [e for e in status["executors"] if e["restarts"]]
+    assert status["state"] == "finished" and len(failed) == 1 and failed[0]["restarts"] == 1 and failed[0]["error"]
 
 
 def test_a_segment_algorithm_replays_its_request_to_the_replacement(tmp_path):

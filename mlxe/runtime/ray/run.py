@@ -142,7 +142,7 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
         spec = problem_spec(cfg)
         seeds = Seeds.derive(cfg.seed, n)
         mode = cfg.ray.mode if cfg.ray.mode != "sync" else f"sync {cfg.arch}"
-        stats = RunStats(trainer.run_dir, mode, where, n, cfg.ray.status_every)
+        stats = RunStats(trainer.run_dir, mode, where, n, cfg.run.status_every)
         restored = trainer.restored or {}
         states = restored.get("executors")
         if states is not None and len(states) != n:

@@ -96,6 +96,10 @@ class ThreadPool:
         self._inboxes[i] = queue.Queue()
         self._threads[i] = self._start(i, args)
 
+    def pid(self, i: int) -> int:
+        """The process worker ``i`` runs in: this one."""
+        return os.getpid()
+
     def __len__(self) -> int:
         return len(self.names)
 
@@ -154,6 +158,10 @@ class ProcessPool:
             old.join(1.0)
         self._conns[i].close()
         self._conns[i], self._procs[i] = self._start(i, args)
+
+    def pid(self, i: int) -> int:
+        """Worker ``i``'s process id."""
+        return int(self._procs[i].pid or 0)
 
     def __len__(self) -> int:
         return len(self.names)

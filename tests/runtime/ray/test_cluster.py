@@ -75,7 +75,7 @@ def test_the_run_survives_the_death_of_a_node(cluster, on_cluster):
     from tests.runtime.ray.slow import Paced
 
     worker = next(iter(cluster.worker_nodes))
-    cfg = on_cluster("ray.placement=spread", "executors=2", "ray.mode=async_experience", "ray.status_every=0.1",
+    cfg = on_cluster("ray.placement=spread", "executors=2", "ray.mode=async_experience", "run.status_every=0.1",
                      "stop.max_episodes=60")
 
     def remove_worker_node(run_dir: Path, st: dict) -> str | None:

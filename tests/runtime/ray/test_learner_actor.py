@@ -23,7 +23,7 @@ from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_
 from tests.runtime.ray.slow import Paced  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
-         "ray.status_every=0.1", "arch=is", "backend=ray", "stop.eval_return=null"]
+         "run.status_every=0.1", "arch=is", "backend=ray", "stop.eval_return=null"]
 PPO_COLUMNS = ("loss", "value_loss", "policy_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "lr")
 
 

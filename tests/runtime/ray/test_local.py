@@ -23,7 +23,7 @@ def ray_for_the_module():
 
 @pytest.fixture
 def ray_config(make_config):
-    return lambda *overrides: make_config("backend=ray", "ray.status_every=0.1", *overrides)
+    return lambda *overrides: make_config("backend=ray", "run.status_every=0.1", *overrides)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_da3c_learns_pendulum_with_asynchronous_continuous_workers(tmp_path):
     Seed 0 passed a greedy -300 at 80,000 env steps and -200 at 240,600 (random play: about -1,200)."""
     cfg = mlxe.load_config("configs/pendulum_da3c.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
-        "ray.status_every=0.1", "stop.eval_return=-500", "stop.max_env_steps=200000",
+        "run.status_every=0.1", "stop.eval_return=-500", "stop.max_env_steps=200000",
     ])
     result = mlxe.train(cfg)
     s = result.summary

@@ -24,7 +24,7 @@ from tests.runtime.ray.helpers import (  # noqa: E402
 from tests.runtime.ray.slow import Paced  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
-         "ray.status_every=0.1", "arch=is"]
+         "run.status_every=0.1", "arch=is"]
 
 
 def per_iteration(cfg) -> int:
