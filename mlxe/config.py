@@ -268,6 +268,16 @@ class PolicyConfig:
     # "package.module:function": actions [B] (or [B, A]) for a batch of the agents' observations
     # [B, *obs], e.g. a scripted opponent; never trained
     rule: str | None = None
+    num_gpus: float = 0.0  # learner.placement ray: GPUs its actor reserves (train it with device cuda)
+
+
+@dataclass
+class LearnerConfig:
+    """Where a multi-agent run's policies learn: one after another in the Learner's process
+    (``sequential``), in parallel in a process each (``processes``), or in a Ray actor each (``ray``,
+    with ``backend: ray``: MARO's remote policy hosts)."""
+
+    placement: Literal["sequential", "processes", "ray"] = "sequential"
 
 
 @dataclass
@@ -300,6 +310,7 @@ class Config:
     # in the order written). No policies: one policy, "shared", for every agent.
     policies: dict[str, PolicyConfig] = field(default_factory=dict)
     agent_to_policy: dict[str, str] = field(default_factory=dict)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
@@ -498,7 +509,14 @@ def _check_policies(cfg: Config) -> None:
         for key in ("policies", "agent_to_policy"):
             if getattr(cfg, key):
                 raise ConfigError(f"{key}: a multi-agent setting, for env.api 'pettingzoo' (env.api is {cfg.env.api!r})")
+        if cfg.learner.placement != "sequential":
+            raise ConfigError(
+                f"learner.placement: {cfg.learner.placement!r} places the policies of a multi-agent run "
+                f"(env.api 'pettingzoo'); a single-agent run has one: expected 'sequential'"
+            )
         return
+    if cfg.learner.placement == "ray" and cfg.backend != "ray":
+        raise ConfigError("learner.placement: 'ray' puts each policy in a Ray actor; it needs backend: ray")
     env_defaults = EnvConfig()
     for key in ("max_episode_steps", "atari", "frame_stack", "wrappers"):
         if getattr(cfg.env, key) != getattr(env_defaults, key):
@@ -515,6 +533,11 @@ def _check_policies(cfg: Config) -> None:
     if cfg.backend == "ray" and cfg.ray.mode == "async_gradients":
         raise ConfigError("ray.mode: 'async_gradients' serves one policy's gradients; a multi-agent run uses 'sync' or 'async_experience'")
     for name, policy in cfg.policies.items():
+        if policy.num_gpus < 0 or (policy.num_gpus > 0 and cfg.learner.placement != "ray"):
+            raise ConfigError(
+                f"policies.{name}.num_gpus: {policy.num_gpus!r} is not allowed; GPUs are reserved for a policy's "
+                "Ray actor (learner.placement: ray), expected a value >= 0 there and 0 elsewhere"
+            )
         if policy.rule is not None:
             if policy.algo or policy.model:
                 raise ConfigError(f"policies.{name}.rule: a rule policy is never trained; remove its algo and model keys")
@@ -538,11 +561,12 @@ def _check_policy_algo(name: str, cfg: Config) -> None:
 
 def policy_config(cfg: Config, name: str) -> Config:
     """The config policy ``name`` of a multi-agent run learns with: the run's, with the policy's
-    ``algo`` and ``model`` keys (errors name ``policies.<name>.``)."""
+    ``algo`` and ``model`` keys (errors name ``policies.<name>.``), as a single-agent algorithm's
+    (``env.api`` gymnasium: the algorithm sees its agents' rows as environments)."""
     own = cfg.policies[name]
     data = to_dict(cfg)
-    data["policies"], data["agent_to_policy"] = {}, {}
-    data["env"]["api"] = "gymnasium"  # one agent's view: validated as a single-agent config
+    data["policies"], data["agent_to_policy"], data["learner"] = {}, {}, {}
+    data["env"]["api"] = "gymnasium"  # one agent's view: a single-agent algorithm's config
     if own.algo.get("name", cfg.algo.name) == cfg.algo.name:
         data["algo"].update(own.algo)
     else:
@@ -553,7 +577,7 @@ def policy_config(cfg: Config, name: str) -> Config:
         _check_ranges(one)
     except ConfigError as e:
         raise ConfigError(f"policies.{name}.{e}") from None
-    return dataclasses.replace(one, env=cfg.env)
+    return one
 
 
 def _check_model(m: ModelConfig) -> None:

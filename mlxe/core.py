@@ -210,6 +210,11 @@ class Algorithm(ABC):
         metrics to log with the loss terms (e.g. ``lr``)."""
         return {}
 
+    def close(self) -> None:
+        """Release what the algorithm holds beyond this process (e.g. a multi-agent run's policy
+        processes or actors); called once when the run ends."""
+        return None
+
     def adopt(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] (as :meth:`weights` gives them) the model's: best-score promotion."""
         raise NotImplementedError(f"{type(self).__name__} cannot adopt weights")

@@ -632,6 +632,9 @@ MULTI = ["env.id=mlxe.envs.twin_cartpole", "env.api=pettingzoo", "algo.name=ppo"
     ([*MULTI[:2]], "policies.shared.algo.name: 'a3c' learns from whole episodes"),
     ([*MULTI, "env.max_episode_steps=100"], "env.max_episode_steps: not a setting of a PettingZoo environment"),
     ([*MULTI, "policies={a: 3}"], "policies.a: expected a mapping of PolicyConfig fields"),
+    (["learner.placement=processes"], "learner.placement: 'processes' places the policies of a multi-agent run"),
+    ([*MULTI, "learner.placement=ray"], "learner.placement: 'ray' puts each policy in a Ray actor; it needs backend: ray"),
+    ([*MULTI, "policies={a: {num_gpus: 1}}"], "policies.a.num_gpus: 1.0 is not allowed; GPUs are reserved for a policy's Ray actor"),
 ])
 def test_multi_agent_sections_name_the_bad_key(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -643,7 +646,7 @@ def test_a_policy_config_is_the_runs_with_its_own_keys():
     a, b = cfg.for_policy("a"), cfg.for_policy("b")
     assert a.algo.name == "ppo" and a.algo.epochs == 2 and a.algo.lr == 0.01
     assert b.algo.name == "a2c" and b.algo.lr != 0.01  # another algorithm: its own defaults
-    assert a.env.api == "pettingzoo" and not a.policies
+    assert a.env.api == "gymnasium" and not a.policies  # a single-agent algorithm's config
 
 
 @pytest.mark.parametrize("value", ["127.0.0.1:8765", "8765", "0.0.0.0:0", "localhost:80", "[::1]:9000"])

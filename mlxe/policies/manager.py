@@ -1,11 +1,12 @@
 """The policy manager: one Algorithm per learned policy of a multi-agent run, behind the one
-Algorithm contract (MARO's policy manager, updating its policies one after another).
+Algorithm contract (MARO's policy manager).
 
 The runtime sees a single Algorithm and a single Policy. :class:`JointPolicy` acts for every row
 of an Executor's vector env by asking each policy for its own rows (rule policies included);
 :class:`PolicyManager` cuts each segment into one segment per learned policy (its rows, its
-observations' length, its recorded fields) for that policy's Algorithm, updates them in turn, and
-publishes their weights concatenated in plan order. Recorded fields and recurrent states travel
+observations' length, its recorded fields) for that policy's Algorithm, which learns where
+``learner.placement`` puts it (:mod:`mlxe.policies.hosts`), and publishes their weights
+concatenated in plan order. Recorded fields and recurrent states travel
 under ``<policy>/<name>`` so that policies of different algorithms never collide.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.policies.hosts import PLACEMENTS
 from mlxe.policies.mapping import PolicyPlan, cached_plans
 from mlxe.policies.rule import RulePolicy
 
@@ -106,20 +108,19 @@ class JointPolicy:
 
 
 class PolicyManager(Algorithm):
-    """The Algorithm of a multi-agent run: one Algorithm per learned policy, updated in turn.
+    """The Algorithm of a multi-agent run: one Algorithm per learned policy, placed by
+    ``learner.placement``.
 
     Metrics are each policy's, as ``<policy>/<metric>``; checkpoints hold every policy's state.
     """
-
 
     def __init__(self, cfg: Config, spec, seed: int) -> None:
         super().__init__(cfg, spec, seed)
         plans, self.agents = cached_plans(cfg)
         self.plans = _learned(plans)
-        self.learners = {
-            p.name: _algorithm(p)(p.cfg, p.spec, _sub_seed(seed, plans.index(p))) for p in self.plans
-        }
-        self.device = next(iter(self.learners.values())).device if self.learners else "cpu"
+        seeds = [_sub_seed(seed, plans.index(p)) for p in self.plans]
+        self.hosts = PLACEMENTS[cfg.learner.placement](self.plans, seeds, cfg)
+        self.device = self.hosts.device
 
     @staticmethod
     def record_of(plans: list[PolicyPlan]) -> dict[str, Field]:
@@ -142,7 +143,7 @@ class PolicyManager(Algorithm):
 
     def observe(self, segment: Segment) -> None:
         for plan in self.plans:
-            self.learners[plan.name].observe(self.part(segment, plan))
+            self.hosts.observe(plan.name, self.part(segment, plan))
 
     def part(self, segment: Segment, plan: PolicyPlan) -> Segment:
         """Policy ``plan``'s rows of ``segment``, as a segment of its own."""
@@ -166,19 +167,21 @@ class PolicyManager(Algorithm):
 
     def update(self, progress: float) -> dict[str, float]:
         metrics: dict[str, float] = {}
-        for name, learner in self.learners.items():
-            metrics.update({f"{name}/{k}": v for k, v in learner.update(progress).items()})
-        self.updates = sum(learner.updates for learner in self.learners.values())
+        for name, own in self.hosts.update(progress).items():
+            metrics.update({f"{name}/{k}": v for k, v in own.items()})
+        self.updates = sum(self.hosts.updates(plan.name) for plan in self.plans)
         return metrics
 
     def weights(self) -> np.ndarray:
-        parts = [learner.weights() for learner in self.learners.values()]
+        parts = [self.hosts.weights(plan.name) for plan in self.plans]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policies": {name: learner.state_dict() for name, learner in self.learners.items()}, "updates": self.updates}
+        return {"policies": self.hosts.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
-        for name, learner in self.learners.items():
-            learner.load_state_dict(state["policies"][name])
+        self.hosts.load_state_dict(state["policies"])
         self.updates = int(state["updates"])
+
+    def close(self) -> None:
+        self.hosts.close()

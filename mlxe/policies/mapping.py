@@ -99,7 +99,9 @@ def plan_policies(cfg: Config) -> tuple[list[PolicyPlan], int]:
             None if image else dims[first], actions, own.rule if own is not None else None,
         )
         if plan.rule is None:
-            plan.cfg = cfg.for_policy(name) if own is not None else dataclasses.replace(cfg, policies={}, agent_to_policy={})
+            plan.cfg = cfg.for_policy(name) if own is not None else dataclasses.replace(
+                cfg, env=dataclasses.replace(cfg.env, api="gymnasium"), policies={}, agent_to_policy={}
+            )
             obs_space = image_space if image else Box(-np.inf, np.inf, (dims[first],), np.float32)
             plan.spec = net_spec(plan.cfg, obs_space, actions)
         plans.append(plan)

@@ -255,8 +255,19 @@ def train(
     limit_threads(cfg.torch_threads, torch=True)
     algorithm = algos.for_config(cfg)
     filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
-    restored = trainer.restored
     learner = (make_learner or algorithm)(cfg, spec, seeds.learner)
+    try:
+        return _schedule(cfg, trainer, spec, seeds, rollouts, algorithm, learner, filters)
+    finally:
+        learner.close()
+
+
+def _schedule(
+    cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, rollouts: Rollouts, algorithm: type[Algorithm],
+    learner: Algorithm, filters: Filters,
+) -> str:
+    """The loop of :func:`train` with its ``learner`` built: collect, observe, update, publish."""
+    restored = trainer.restored
     if restored is not None:
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})

@@ -43,7 +43,7 @@ def test_a_rule_with_the_wrong_shape_names_its_key():
 def test_weights_are_the_policies_weights_in_order():
     cfg, spec = uneven("policies={a: {}, b: {model: {policy_head: [6]}}}")
     manager = PolicyManager(cfg, spec, seed=0)
-    a, b = manager.learners["a"].weights(), manager.learners["b"].weights()
+    a, b = manager.hosts.weights("a"), manager.hosts.weights("b")
     assert len(a) != len(b)
     np.testing.assert_array_equal(manager.weights(), np.concatenate([a, b]))
     assert PolicyManager.weights_size(cfg, spec) == len(a) + len(b)
@@ -51,7 +51,8 @@ def test_weights_are_the_policies_weights_in_order():
     policy.load(manager.weights())
     obs = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
     _, fields, _ = policy.act(obs, None, greedy=True)
-    alone = manager.learners["b"].make_policy(manager.learners["b"].cfg, manager.learners["b"].spec, seed=2)
+    plan = manager.plans[1]
+    alone = manager.hosts.learners["b"].make_policy(plan.cfg, plan.spec, seed=2)
     alone.load(b)
     _, own, _ = alone.act(obs[[1, 3], :5], None, greedy=True)
     np.testing.assert_allclose(fields["b/value"][[1, 3]], own["value"], rtol=1e-6)

@@ -71,8 +71,12 @@ def probe(address: str, timeout: float) -> None:
 
 
 def learner_cpus(cfg: Config) -> float:
-    """CPUs the run's learner actor reserves: :data:`LEARNER_CPUS`, or 0 with the Learner in the driver."""
-    return LEARNER_CPUS if cfg.ray.learner_num_gpus > 0 else 0.0
+    """CPUs the run's learner actors reserve: :data:`LEARNER_CPUS` for the learner actor, and as much
+    for each learned policy of a multi-agent run placed on Ray; 0 with the Learner in the driver."""
+    cpus = LEARNER_CPUS if cfg.ray.learner_num_gpus > 0 else 0.0
+    if cfg.env.api == "pettingzoo" and cfg.learner.placement == "ray":
+        cpus += LEARNER_CPUS * max(1, sum(p.rule is None for p in cfg.policies.values()))
+    return cpus
 
 
 def _local_cpus(cfg: Config) -> int:
