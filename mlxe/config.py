@@ -709,11 +709,27 @@ def _check_parameter_server(cfg: Config) -> None:
         )
 
 
+# Keys that moved: the config.yaml of a run directory written before still loads (resume, eval).
+MOVED = {("ray", "status_every"): ("run", "status_every")}
+
+
+def _move_old_keys(data: dict) -> dict:
+    data = dict(data)
+    for (section, key), (new_section, new_key) in MOVED.items():
+        old = data.get(section)
+        if isinstance(old, dict) and key in old:
+            data[section] = {k: v for k, v in old.items() if k != key}
+            new = data.setdefault(new_section, {})
+            if isinstance(new, dict):
+                data[new_section] = {new_key: old[key], **new}
+    return data
+
+
 def from_dict(data: dict) -> Config:
     """Validate a nested mapping into a :class:`Config` (missing keys take their defaults)."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping of keys, got {type(data).__name__}")
-    cfg = _build(Config, data)
+    cfg = _build(Config, _move_old_keys(data))
     _check_ranges(cfg)
     return cfg
 

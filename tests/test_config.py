@@ -658,3 +658,8 @@ def test_run_serve_takes_host_and_port(value):
 def test_a_bad_run_serve_names_the_key(value):
     with pytest.raises(ConfigError, match="run.serve: .* is not allowed; expected 'HOST:PORT'"):
         load_config(None, [f"run.serve='{value}'"])
+
+
+def test_a_run_directory_of_an_earlier_release_still_loads():
+    cfg = from_dict({"ray": {"status_every": 0.5, "mode": "sync"}, "run": {"window": 5}})
+    assert cfg.run.status_every == 0.5 and cfg.run.window == 5
