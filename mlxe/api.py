@@ -91,9 +91,7 @@ def _served(cfg: Config, trainer) -> Iterator[None]:
         from mlxe.service.server import RunService
     except ImportError as e:
         raise ConfigError(f"run.serve: the run service needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
-    served = str(cfg.run.serve)
-    address = served if ":" in served else f"127.0.0.1:{served}"
-    service = RunService(trainer.run_dir, address)
+    service = RunService(trainer.run_dir, cfg.run.serve)
     service.start()
     trainer.say(f"serving the run at {service.url} (its token: {trainer.run_dir / 'service.json'})")
     try:

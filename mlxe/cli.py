@@ -131,9 +131,24 @@ def _counts(text: str) -> list[int]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from mlxe.runtime.ray.stats import print_status
+    import os
 
-    return print_status(args.run_dir)
+    from mlxe.service.status import is_url, print_status
+
+    if not is_url(args.source):
+        if args.token is not None:
+            print("mlxe status: --token goes with a run service's URL, not a run directory", file=sys.stderr)
+            return 2
+        return print_status(args.source)
+    token = args.token if args.token is not None else os.environ.get("MLXE_TOKEN")
+    if not token:
+        print(
+            f"mlxe status: {args.source} needs the run service's token (--token T or the MLXE_TOKEN variable); "
+            "it is in the run directory's service.json",
+            file=sys.stderr,
+        )
+        return 2
+    return print_status(args.source, token=token)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -242,8 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="mlxe-plot.png", help="the PNG to write")
     p.set_defaults(func=_plot)
 
-    p = sub.add_parser("status", help="the run-wide statistics of a (running) Ray run: status.json as a table")
-    p.add_argument("run_dir", help="run directory")
+    p = sub.add_parser(
+        "status", help="what a (running) run is doing: its status.json, or its run service's /api/status, as tables"
+    )
+    p.add_argument("source", metavar="RUN_DIR|URL", help="run directory, or the URL of its service (run.serve)")
+    p.add_argument(
+        "--token", default=None,
+        help="the service's token (default: the MLXE_TOKEN variable); it is in the run directory's service.json",
+    )
     p.set_defaults(func=_status)
 
     from mlxe.tune import add_parser as add_tune_parser  # mlxe tune: hyper-parameter search (mlxe[tune])

@@ -1,4 +1,4 @@
-"""Run-wide statistics of a Ray run and its ``status.json``, which ``mlxe status RUN_DIR`` prints.
+"""Run-wide statistics of a Ray run and its ``status.json``, which ``mlxe status`` prints (mlxe.service.status).
 
 The Trainer already counts what every architecture shares (global episode count, best episode,
 moving averages over the last ``run.window`` episodes of all Executors, env steps, updates). A Ray
@@ -13,44 +13,22 @@ run adds what a cluster needs watching for (seed 002's master, MARO's staleness 
   process id, torch device and the GPUs Ray assigned it.
 
 These go to ``metrics.csv`` / TensorBoard with every iteration, to the progress display, and to
-``status.json`` in the run directory, rewritten atomically at most every ``ray.status_every``
-seconds (and at the end), so another terminal can follow the run.
+``status.json`` in the run directory (:mod:`mlxe.runtime.status`), so another terminal or the run
+service can follow the run.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-STATUS_FILE = "status.json"
-
-
-@dataclass
-class ExecutorStatus:
-    """What the driver knows about one Executor actor."""
-
-    index: int
-    name: str = ""  # the Ray actor name (changes with each replacement)
-    state: str = "started"  # started | running | failed | done
-    node: str = ""  # Ray node id
-    ip: str = ""
-    pid: int = 0
-    episodes: int = 0  # episodes it delivered that were used
-    restarts: int = 0
-    last_heard: float = 0.0  # unix seconds of its last reply (0: never)
-    error: str = ""  # why it last failed
+from mlxe.runtime.status import ExecutorStatus, StatusFile
 
 
 class RunStats:
     """Counters of one Ray run over its Executors; ``write`` puts them with the Trainer's in status.json."""
 
     def __init__(self, run_dir: Path, mode: str, address: str, executors: int, every_s: float) -> None:
-        self.path = Path(run_dir) / STATUS_FILE
-        self.mode, self.address, self.every_s = mode, address, every_s
+        self.file = StatusFile(run_dir, "ray", mode, address, every_s)
         self.executors = [ExecutorStatus(i) for i in range(executors)]
         self.dropped = 0  # sync: results computed with an older weight version
         self.rejected = 0  # async: episodes (or gradients) lagging more than ray.max_lag versions
@@ -60,7 +38,6 @@ class RunStats:
         # "gpu_ids"}; None until it is built (and for A3C)
         self.learner: dict | None = None
         self._lags: list[int] = []  # version lags of the data (episodes or gradients) since the last iteration
-        self._written = 0.0
 
     @property
     def restarts(self) -> int:
@@ -76,13 +53,10 @@ class RunStats:
         self.heard(index)
 
     def heard(self, index: int) -> None:
-        e = self.executors[index]
-        e.state, e.last_heard = "running", time.time()
+        self.executors[index].heard()
 
     def failed(self, index: int, error: str) -> None:
-        e = self.executors[index]
-        e.state, e.error = "failed", error
-        e.restarts += 1
+        self.executors[index].failed(error)
 
     def used(self, index: int, lag: int | None, episodes: int = 1) -> None:
         """An episode of Executor ``index`` (or a rollout in which ``episodes`` ended), played ``lag``
@@ -125,101 +99,7 @@ class RunStats:
         }
 
     def write(self, trainer, state: str = "running", force: bool = False) -> None:
-        """Rewrite status.json (atomically), at most every ``every_s`` seconds unless ``force``."""
-        now = time.time()
-        if not force and now - self._written < self.every_s:
-            return
-        self._written = now
-        run = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in trainer.display().items()}
-        status = {
-            "state": state,
-            "updated": now,
-            "run_dir": str(self.path.parent),
-            "name": trainer.cfg.name,
-            "backend": "ray",
-            "mode": self.mode,
-            "address": self.address,
-            "window": trainer.cfg.run.window,
-            "stop_reason": trainer.stop_reason,
-            **run,
-            "adopted": self.adopted,
-            "learner": self.learner,
-            "executors": [asdict(e) for e in self.executors],
-        }
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(status, indent=1))
-        os.replace(tmp, self.path)
-
-
-def read_status(run_dir: str | Path) -> dict:
-    """The status.json of a Ray run directory."""
-    path = Path(run_dir) / STATUS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {STATUS_FILE} in {run_dir} (it is written by runs with backend=ray)")
-    return json.loads(path.read_text())
-
-
-def _ago(t: float, now: float) -> str:
-    return "-" if not t else f"{max(0.0, now - t):.1f} s ago"
-
-
-def status_tables(status: dict, now: float | None = None):
-    """(run table, executors table) as ``rich`` tables."""
-    from rich.table import Table
-
-    now = time.time() if now is None else now
-    state = status["state"]
-    if state == "running" and now - status["updated"] > 60:
-        state = "running? (no update for over a minute)"
-    run = Table(title=f"MLxE {status['name']} ({status['mode']} on Ray)", title_justify="left", show_header=False, box=None)
-    run.add_column(style="bold")
-    run.add_column()
-
-    def number(key: str, digits: int = 0) -> str:
-        value = status.get(key)
-        return "-" if value is None else f"{value:,.{digits}f}"
-
-    rows = [
-        ("state", state if status.get("stop_reason") is None else f"{state} ({status['stop_reason']})"),
-        ("updated", _ago(status["updated"], now)),
-        ("cluster", status["address"]),
-        ("iteration", number("iteration")),
-        ("episodes (all executors)", number("episodes")),
-        ("env steps", number("env_steps")),
-        ("updates", number("updates")),
-        ("weights version", number("weights_version")),
-        ("best length / return", f"{number('best_length')} / {number('best_return', 1)}"),
-        (f"moving average of the last {status['window']}", f"{number('ma_length', 1)} steps, return {number('ma_return', 1)}"),
-        ("env steps/s", number("steps_per_s", 1)),
-        ("dropped (stale) / rejected (lag)", f"{number('dropped')} / {number('rejected')}"),
-        ("restarts / best adopted", f"{number('restarts')} / {number('adopted')}"),
-        ("elapsed", f"{number('elapsed_s', 1)} s"),
-    ]
-    learner = status.get("learner")
-    if learner:
-        where = f"actor {learner['name']}" if learner["actor"] else "driver"
-        gpus = ", ".join(map(str, learner["gpu_ids"])) or "none"
-        rows.insert(3, ("learner", f"{where} on node {learner['node'][:12]} ({learner['ip']}, pid {learner['pid']}), "
-                                   f"device {learner['device']}, Ray GPUs {gpus}"))
-    for key, value in rows:
-        run.add_row(key, value)
-    executors = Table(title="Executors", title_justify="left")
-    for header in ("#", "state", "node", "ip", "pid", "episodes", "restarts", "last heard", "error"):
-        executors.add_column(header, justify="right" if header in ("#", "pid", "episodes", "restarts") else "left")
-    for e in status["executors"]:
-        executors.add_row(
-            str(e["index"]), e["state"], e["node"][:12], e["ip"], str(e["pid"] or "-"), f"{e['episodes']:,}",
-            str(e["restarts"]), _ago(e["last_heard"], now), e["error"][:60],
-        )
-    return run, executors
-
-
-def print_status(run_dir: str | Path, console=None) -> int:
-    """Print the status of a Ray run (its status.json) as tables; returns a process exit code."""
-    from rich.console import Console
-
-    run, executors = status_tables(read_status(run_dir))
-    console = console or Console()
-    console.print(run)
-    console.print(executors)
-    return 0
+        """Rewrite status.json (atomically), at most every ``run.status_every`` seconds unless ``force``."""
+        extra = {"adopted": self.adopted, "learner": self.learner, "weights_version": self.weights_version,
+                 "dropped": self.dropped, "rejected": self.rejected}
+        self.file.write(trainer, self.executors, extra, state, force)

@@ -17,8 +17,8 @@ import mlxe  # noqa: E402
 from mlxe.config import ConfigError, load_config  # noqa: E402
 from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
 from mlxe.runtime.ray.backend import _local_cpus, resolve_executors  # noqa: E402
-from mlxe.runtime.ray.stats import print_status  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
+from mlxe.service.status import print_status  # noqa: E402
 from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_with, when_status  # noqa: E402
 from tests.runtime.ray.slow import Paced  # noqa: E402
 

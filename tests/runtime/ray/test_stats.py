@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from mlxe.runtime.ray.stats import RunStats, print_status, read_status
+from mlxe.runtime.ray.stats import RunStats
+from mlxe.service.status import print_status, read_status
 
 
 def fake_trainer(tmp_path):
@@ -16,7 +17,7 @@ def fake_trainer(tmp_path):
     display = {"iteration": 3, "episodes": 12, "env_steps": 345, "updates": 96, "best_length": 80,
                "best_return": 150.0, "ma_length": 28.5, "ma_return": 51.0, "steps_per_s": 200.0,
                "updates_per_s": 30.0, "elapsed_s": 4.0}
-    return SimpleNamespace(cfg=cfg, display=lambda: display, stop_reason=None, run_dir=tmp_path)
+    return SimpleNamespace(cfg=cfg, display=lambda: display, stop_reason=None, run_dir=tmp_path, last_eval=None)
 
 
 def test_counters_and_iteration_columns(tmp_path):
@@ -68,7 +69,7 @@ def test_a_status_not_updated_for_a_minute_is_flagged(tmp_path):
 
 
 def test_missing_status_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no status.json.*backend=ray"):
+    with pytest.raises(FileNotFoundError, match="no status.json in .*has started training"):
         read_status(tmp_path)
 
 

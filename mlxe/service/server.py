@@ -1,0 +1,165 @@
+"""The run service: a run directory's read-only HTTP API and live page, served while the run trains.
+
+Seed 002's A3C master answered its workers over HTTP (best score, global episode, moving average,
+worker status, global weights) and let anyone write them. This service only reads, and only what
+the run already writes (``status.json``, ``metrics.csv``, ``episodes.csv``, ``checkpoints/best.pt``),
+so watching a run can change nothing in it:
+
+* it listens on the loopback address unless ``run.serve`` names another: reaching a run from another
+  machine is a decision (an SSH tunnel to a loopback service keeps the token off the network, which
+  plain HTTP would carry in clear);
+* every API request carries a bearer token (``secrets.token_urlsafe(32)``, new for each start),
+  written with the URL to ``run_dir/service.json`` readable by its owner only (mode 0600): whoever can
+  read the run directory's secrets may watch, nobody else;
+* the port is bound here before the server starts, so a port in use is a :class:`ConfigError` naming
+  ``run.serve`` when the run starts, not a log line in a background thread.
+
+uvicorn serves the Starlette app (:func:`mlxe.service.app.make_app`) in a daemon thread of the
+training process: it never delays training, and dies with it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import uvicorn
+
+from mlxe.config import ConfigError
+from mlxe.service.app import make_app
+
+SERVICE_FILE = "service.json"
+STARTUP_TIMEOUT_S = 10.0  # seconds uvicorn may take to serve before start() gives up
+_SERVING: weakref.WeakSet[RunService] = weakref.WeakSet()  # the services started and not stopped
+
+
+def _close_in_child() -> None:
+    """In a forked child (an Executor process with ``start_method: fork``): close its copy of the
+    listening socket, or the port would stay taken (connections queued, never answered) after the
+    service stops, for as long as the child lives."""
+    for service in list(_SERVING):
+        if service._socket is not None:
+            service._socket.close()
+    _SERVING.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_close_in_child)
+
+
+def parse_address(address: str | int) -> tuple[str, int]:
+    """(host, port) of ``"HOST:PORT"`` (an IPv6 host in brackets) or ``"PORT"`` (the loopback address)."""
+    host, colon, port = str(address).strip().rpartition(":")
+    if not colon:
+        host = "127.0.0.1"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"run.serve: {address!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765) or 'PORT'")
+    return host, int(port)
+
+
+class RunService:
+    """Serves ``run_dir`` on ``address`` ("HOST:PORT"; port 0: any free port) from :meth:`start` to :meth:`stop`.
+
+    After ``start``, ``url`` is where it answers (``http://HOST:PORT/``, the actual port) and
+    ``token`` what its API requires; both are in ``run_dir/service.json`` until ``stop``.
+    """
+
+    def __init__(self, run_dir: Path, address: str | int) -> None:
+        self.run_dir = Path(run_dir)
+        self.address = address
+        self.url = ""
+        self.token = ""
+        self._socket: socket.socket | None = None
+        self._server = None  # uvicorn.Server while serving
+        self._thread: threading.Thread | None = None
+
+    @property
+    def service_file(self) -> Path:
+        return self.run_dir / SERVICE_FILE
+
+    def start(self) -> RunService:
+        """Bind, write service.json, serve in a daemon thread and return once it answers."""
+        host, port = parse_address(self.address)
+        sock = _bind(host, port, self.address)
+        bound_port = sock.getsockname()[1]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}/"
+        self.token = secrets.token_urlsafe(32)
+        while self.token.startswith("-"):  # `mlxe status URL --token -x...` would read it as an option
+            self.token = secrets.token_urlsafe(32)
+        config = uvicorn.Config(
+            make_app(self.run_dir, self.token), log_level="warning", access_log=False, lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        self._socket, self._server = sock, uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="mlxe-run-service", daemon=True
+        )
+        self._write_service_file()
+        _SERVING.add(self)
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the run service on {host}:{bound_port} did not start (see the log above)")
+            time.sleep(0.01)
+        return self
+
+    def _write_service_file(self) -> None:
+        """service.json, created 0600: the token in it lets its reader watch the run."""
+        self.service_file.unlink(missing_ok=True)  # an existing file (a resumed run) keeps its mode on open
+        fd = os.open(self.service_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"url": self.url, "token": self.token}, f)
+
+    def stop(self) -> None:
+        """Stop serving, free the port and remove service.json (its token is void); safe to call twice."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        if self._socket is not None:
+            self._socket.close()
+        if self._server is not None:
+            self.service_file.unlink(missing_ok=True)
+        self._server = self._thread = self._socket = None
+        _SERVING.discard(self)
+
+    def __enter__(self) -> RunService:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _bind(host: str, port: int, address: str | int) -> socket.socket:
+    """A listening TCP socket on ``host:port``; a ConfigError naming ``run.serve`` when it cannot be."""
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"run.serve: cannot resolve the host of {address!r} ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    # a restarted run may rebind the port while the last one's connections linger in TIME_WAIT;
+    # Linux still refuses a port another socket listens on
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(sockaddr)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"run.serve: {host}:{port} is in use (another run's service, or another program); "
+                "choose another port, or port 0 for any free one"
+            ) from None
+        raise ConfigError(f"run.serve: cannot listen on {host}:{port} ({e.strerror})") from None
+    return sock
