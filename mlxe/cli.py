@@ -151,6 +151,30 @@ def _status(args: argparse.Namespace) -> int:
     return print_status(args.source, token=token)
 
 
+def _serve_policy(args: argparse.Namespace) -> int:
+    from mlxe.config import ConfigError
+
+    try:
+        from mlxe.service.policy import PolicyService
+    except ImportError as e:
+        raise ConfigError(f"serve-policy needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
+    service = PolicyService(args.run_dir, args.address, last=args.last, greedy=not args.sample)
+    service.start()
+    spec = service.spec
+    try:  # from here on, Ctrl-C stops the service cleanly
+        print(
+            f"serving {spec['run']}'s {spec['checkpoint']} ({'sampled' if args.sample else 'greedy'} actions, "
+            f"{'recurrent: POST /v1/sessions first' if spec['recurrent'] else 'feed-forward'}) at {service.url}"
+        )
+        print(f"its token: {service.service_file} (send 'Authorization: Bearer TOKEN'); Ctrl-C stops", flush=True)
+        service.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        service.stop()
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.bench == "architectures":
         from mlxe.bench.architectures import bench_architectures
@@ -205,6 +229,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.config, archs=args.archs.split(","), steps=args.steps, acting_envs=args.acting_envs,
             curve_steps=args.curve_steps, rounds=args.rounds, sb3_python=args.sb3_python, overrides=args.overrides,
             out_dir=args.out,
+        )
+    elif args.bench == "remote":
+        from mlxe.bench.remote import bench_remote
+
+        out = bench_remote(
+            args.run, config=args.config, envs=args.envs, seconds=args.seconds, requests=args.requests,
+            train_steps=args.train_steps, overrides=args.overrides, out_dir=args.out,
         )
     elif args.bench == "throughput":
         from mlxe.bench.throughput import bench_throughput
@@ -266,6 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the service's token (default: the MLXE_TOKEN variable); it is in the run directory's service.json",
     )
     p.set_defaults(func=_status)
+
+    p = sub.add_parser(
+        "serve-policy", help="serve a trained policy over HTTP/JSON: remote simulators ask it for actions"
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (its best.pt; --last: its last.pt)")
+    p.add_argument("--address", default="127.0.0.1:8766", metavar="HOST:PORT",
+                   help="where to listen (default 127.0.0.1:8766; port 0: any free port)")
+    p.add_argument("--last", action="store_true", help="serve last.pt instead of best.pt")
+    p.add_argument("--sample", action="store_true", help="sample actions from the policy instead of acting greedily")
+    p.set_defaults(func=_serve_policy)
 
     from mlxe.tune import add_parser as add_tune_parser  # mlxe tune: hyper-parameter search (mlxe[tune])
 
@@ -336,6 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--acting-envs", type=_counts, default="8,64,256,1024", help="batch sizes of the acting-only measurement")
     b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
+    b = bench_parser(
+        "remote", "serve-policy: env steps/s of a CartPole client batching 64 envs per request, and latency",
+        "configs/zoo/ppo/CartPole-v1.yaml",
+    )
+    b.add_argument("--run", default=None, metavar="RUN_DIR", help="serve this run (default: train --config briefly)")
+    b.add_argument("--envs", type=int, default=64, help="environments per request of the throughput client")
+    b.add_argument("--seconds", type=float, default=10.0, help="duration of the throughput measurement")
+    b.add_argument("--requests", type=int, default=2000, help="single-observation requests timed for latency")
+    b.add_argument("--train-steps", type=int, default=10_000, help="env steps of the run trained without --run")
     b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
     b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")

@@ -54,24 +54,30 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_close_in_child)
 
 
-def parse_address(address: str | int) -> tuple[str, int]:
-    """(host, port) of ``"HOST:PORT"`` (an IPv6 host in brackets) or ``"PORT"`` (the loopback address)."""
+def parse_address(address: str | int, key: str = "run.serve") -> tuple[str, int]:
+    """(host, port) of ``"HOST:PORT"`` (an IPv6 host in brackets) or ``"PORT"`` (the loopback
+    address); errors name ``key``, where the address came from."""
     host, colon, port = str(address).strip().rpartition(":")
     if not colon:
         host = "127.0.0.1"
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"run.serve: {address!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765) or 'PORT'")
+        raise ConfigError(f"{key}: {address!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765) or 'PORT'")
     return host, int(port)
 
 
-class RunService:
-    """Serves ``run_dir`` on ``address`` ("HOST:PORT"; port 0: any free port) from :meth:`start` to :meth:`stop`.
+class HttpService:
+    """An app of a run directory served on ``address`` ("HOST:PORT"; port 0: any free port) from
+    :meth:`start` to :meth:`stop`, in a daemon thread; a subclass says what it serves (:meth:`make_app`).
 
     After ``start``, ``url`` is where it answers (``http://HOST:PORT/``, the actual port) and
-    ``token`` what its API requires; both are in ``run_dir/service.json`` until ``stop``.
+    ``token`` what its API requires; both are in ``run_dir/<file_name>`` (mode 0600) until ``stop``.
     """
+
+    file_name = SERVICE_FILE
+    key = "run.serve"  # where the address comes from, for errors
+    keep_alive_s = 5  # seconds an idle connection stays open
 
     def __init__(self, run_dir: Path, address: str | int) -> None:
         self.run_dir = Path(run_dir)
@@ -82,26 +88,31 @@ class RunService:
         self._server = None  # uvicorn.Server while serving
         self._thread: threading.Thread | None = None
 
+    def make_app(self, token: str):
+        """The ASGI app to serve, answering requests that carry ``token``."""
+        raise NotImplementedError
+
     @property
     def service_file(self) -> Path:
-        return self.run_dir / SERVICE_FILE
+        return self.run_dir / self.file_name
 
-    def start(self) -> RunService:
-        """Bind, write service.json, serve in a daemon thread and return once it answers."""
-        host, port = parse_address(self.address)
-        sock = _bind(host, port, self.address)
-        bound_port = sock.getsockname()[1]
-        self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}/"
+    def start(self) -> HttpService:
+        """Build the app, bind, write the service file, serve in a daemon thread and return once it answers."""
         self.token = secrets.token_urlsafe(32)
         while self.token.startswith("-"):  # `mlxe status URL --token -x...` would read it as an option
             self.token = secrets.token_urlsafe(32)
+        app = self.make_app(self.token)  # first: an app that cannot be built binds and writes nothing
+        host, port = parse_address(self.address, self.key)
+        sock = _bind(host, port, self.address, self.key)
+        bound_port = sock.getsockname()[1]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}/"
         config = uvicorn.Config(
-            make_app(self.run_dir, self.token), log_level="warning", access_log=False, lifespan="off",
-            timeout_graceful_shutdown=2,
+            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+            timeout_keep_alive=self.keep_alive_s,
         )
         self._socket, self._server = sock, uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="mlxe-run-service", daemon=True
+            target=self._server.run, kwargs={"sockets": [sock]}, name=f"mlxe-{self.file_name}", daemon=True
         )
         self._write_service_file()
         _SERVING.add(self)
@@ -110,22 +121,27 @@ class RunService:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the run service on {host}:{bound_port} did not start (see the log above)")
+                raise RuntimeError(f"the service on {host}:{bound_port} did not start (see the log above)")
             time.sleep(0.01)
         return self
 
     def _write_service_file(self) -> None:
-        """service.json, created 0600: the token in it lets its reader watch the run."""
+        """The service file, created 0600: the token in it lets its reader use the service."""
         self.service_file.unlink(missing_ok=True)  # an existing file (a resumed run) keeps its mode on open
         fd = os.open(self.service_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "token": self.token}, f)
 
+    def serve_forever(self) -> None:
+        """Block until the server stops (Ctrl-C in the main thread raises KeyboardInterrupt here)."""
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(0.5)  # a timed join: signals reach the main thread between waits
+
     def stop(self) -> None:
-        """Stop serving, free the port and remove service.json (its token is void); safe to call twice."""
+        """Stop serving, free the port and remove the service file (its token is void); safe to call twice."""
         if self._server is not None:
             self._server.should_exit = True
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join()
         if self._socket is not None:
             self._socket.close()
@@ -134,19 +150,26 @@ class RunService:
         self._server = self._thread = self._socket = None
         _SERVING.discard(self)
 
-    def __enter__(self) -> RunService:
+    def __enter__(self) -> HttpService:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
 
-def _bind(host: str, port: int, address: str | int) -> socket.socket:
-    """A listening TCP socket on ``host:port``; a ConfigError naming ``run.serve`` when it cannot be."""
+class RunService(HttpService):
+    """The run service of ``run_dir`` (:func:`mlxe.service.app.make_app`), on ``run.serve``'s address."""
+
+    def make_app(self, token: str):
+        return make_app(self.run_dir, token)
+
+
+def _bind(host: str, port: int, address: str | int, key: str = "run.serve") -> socket.socket:
+    """A listening TCP socket on ``host:port``; a ConfigError naming ``key`` when it cannot be."""
     try:
         family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
-        raise ConfigError(f"run.serve: cannot resolve the host of {address!r} ({e.strerror})") from None
+        raise ConfigError(f"{key}: cannot resolve the host of {address!r} ({e.strerror})") from None
     sock = socket.socket(family, kind, proto)
     # a restarted run may rebind the port while the last one's connections linger in TIME_WAIT;
     # Linux still refuses a port another socket listens on
@@ -158,8 +181,8 @@ def _bind(host: str, port: int, address: str | int) -> socket.socket:
         sock.close()
         if e.errno == errno.EADDRINUSE:
             raise ConfigError(
-                f"run.serve: {host}:{port} is in use (another run's service, or another program); "
+                f"{key}: {host}:{port} is in use (another run's service, or another program); "
                 "choose another port, or port 0 for any free one"
             ) from None
-        raise ConfigError(f"run.serve: cannot listen on {host}:{port} ({e.strerror})") from None
+        raise ConfigError(f"{key}: cannot listen on {host}:{port} ({e.strerror})") from None
     return sock

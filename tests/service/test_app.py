@@ -70,7 +70,7 @@ def test_status_of_a_ray_run_carries_its_counters(tmp_path):
                "best_return": 150.0, "ma_length": math.nan, "ma_return": math.nan, "steps_per_s": 200.0,
                "updates_per_s": 30.0, "elapsed_s": 4.0}
     trainer = SimpleNamespace(cfg=SimpleNamespace(name="demo", run=SimpleNamespace(window=20)),
-                              display=lambda: {**display, **stats.display()}, stop_reason=None)
+                              display=lambda: {**display, **stats.display()}, stop_reason=None, last_eval=None)
     stats.write(trainer)
     s = TestClient(make_app(tmp_path, TOKEN)).get("/api/status", headers=AUTH).json()
     assert (s["backend"], s["mode"], s["address"]) == ("ray", "sync", "10.0.0.1:6379")
