@@ -103,6 +103,9 @@ class RemoteLearner:
     def load_state_dict(self, state: dict) -> None:
         self.updates, self._weights = self._call("load_state_dict", state)
 
+    def close(self) -> None:
+        """Nothing to release here: the actor is the :class:`LearnerSlot`'s to stop."""
+
     def _call(self, method: str, *args) -> Any:
         import ray
         from ray.exceptions import RayActorError, RayTaskError

@@ -100,6 +100,6 @@ class RunStats:
 
     def write(self, trainer, state: str = "running", force: bool = False) -> None:
         """Rewrite status.json (atomically), at most every ``run.status_every`` seconds unless ``force``."""
-        extra = {"adopted": self.adopted, "learner": self.learner, "weights_version": self.weights_version,
-                 "dropped": self.dropped, "rejected": self.rejected}
-        self.file.write(trainer, self.executors, extra, state, force)
+        # weights version, dropped, rejected and restarts come with the Trainer's display: as of the
+        # last iteration, as metrics.csv has them
+        self.file.write(trainer, self.executors, {"adopted": self.adopted, "learner": self.learner}, state, force)
