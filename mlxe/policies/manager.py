@@ -61,6 +61,13 @@ class JointPolicy:
         ]
         self.sizes = [_algorithm(p).weights_size(p.cfg, p.spec) for p in _learned(plans)]
         self.record = PolicyManager.record_of(plans)
+        self._rows: dict[int, list[np.ndarray]] = {}  # width -> each plan's rows: acting asks every step
+
+    def rows(self, width: int) -> list[np.ndarray]:
+        """Each plan's rows of a vector env of ``width`` rows."""
+        if width not in self._rows:
+            self._rows[width] = [plan.rows(width, self.agents) for plan in self.plans]
+        return self._rows[width]
 
     def initial_state(self, n_envs: int) -> State:
         state: dict[str, np.ndarray] = {}
@@ -77,8 +84,7 @@ class JointPolicy:
         actions = np.zeros((width, *self.action_shape), self.action_dtype)
         fields = {k: np.zeros((width, *f.shape), f.dtype) for k, f in self.record.items()}
         next_state = None if state is None else {k: v.copy() for k, v in state.items()}
-        for plan, policy in zip(self.plans, self.policies):
-            rows = plan.rows(width, self.agents)
+        for plan, policy, rows in zip(self.plans, self.policies, self.rows(width)):
             own_obs = obs[rows] if plan.obs_dim is None else obs[rows, : plan.obs_dim]
             action, extras, own_state = policy.act(own_obs, _own(state, plan.name, rows), greedy)
             actions[rows] = action
