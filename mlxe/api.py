@@ -65,7 +65,8 @@ def train(
 
     with Trainer(cfg, run_dir, resume is not None, progress) as trainer, _served(cfg, trainer):
         try:
-            reason = _run(cfg, trainer)
+            with _simulators(cfg, trainer):  # closed as soon as training stops: the simulators are told at once
+                reason = _run(cfg, trainer)
         except (WorkerFailed, CheckpointError) as e:
             trainer.stop_clock()
             trainer.summary("error", error=str(e))
@@ -97,6 +98,33 @@ def _served(cfg: Config, trainer) -> Iterator[None]:
     try:
         yield
     finally:
+        service.stop()
+
+
+@contextmanager
+def _simulators(cfg: Config, trainer) -> Iterator[None]:
+    """With ``env.api: remote``, the simulator hub and its service for the run's training: the
+    Executors (threads of this process) find the hub, remote simulators reach it on ``env.remote.address``."""
+    if cfg.env.api != "remote":
+        yield
+        return
+    try:
+        from mlxe.service.simulators import SIMULATORS_FILE, SimulatorService
+    except ImportError as e:
+        raise ConfigError(f"env.api: 'remote' needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
+    from mlxe.envs.remote import start_hub, stop_hub
+
+    hub = start_hub(cfg, trainer.say)
+    service = SimulatorService(trainer.run_dir, cfg.env.remote.address, hub)
+    try:
+        service.start()
+        trainer.say(
+            f"waiting for simulators at {service.url} ({len(hub.rows)} rows; the URL and token: "
+            f"{trainer.run_dir / SIMULATORS_FILE})"
+        )
+        yield
+    finally:
+        stop_hub(hub)  # first: waiting step requests are answered "run ended" before the server stops
         service.stop()
 
 

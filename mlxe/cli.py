@@ -230,6 +230,13 @@ def _bench(args: argparse.Namespace) -> int:
             curve_steps=args.curve_steps, rounds=args.rounds, sb3_python=args.sb3_python, overrides=args.overrides,
             out_dir=args.out,
         )
+    elif args.bench == "gradients":
+        from mlxe.bench.gradients import bench_gradients
+
+        out = bench_gradients(
+            args.config, workers=args.workers, envs=args.envs, steps=args.steps, batch_size=args.batch_size,
+            epochs=args.epochs, rounds=args.rounds, engine=args.engine, overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "remote":
         from mlxe.bench.remote import bench_remote
 
@@ -377,6 +384,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--acting-envs", type=_counts, default="8,64,256,1024", help="batch sizes of the acting-only measurement")
     b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
     b.add_argument("--sb3-python", default=None, help=sb3_help)
+    b = bench_parser(
+        "gradients", "data-parallel learning: one PPO update on a 65,536-step batch with K gradient workers",
+        "configs/zoo/ppo/CartPole-v1.yaml",
+    )
+    b.add_argument("--workers", type=_counts, default="1,2", help="comma-separated K (learner.gradient_workers)")
+    b.add_argument("--envs", type=int, default=64, help="environments of the batch")
+    b.add_argument("--steps", type=int, default=1024, help="steps per environment of the batch")
+    b.add_argument("--batch-size", type=int, default=8192, help="minibatch size (algo.batch_size)")
+    b.add_argument("--epochs", type=int, default=4, help="passes over the batch (algo.epochs)")
+    b.add_argument("--rounds", type=int, default=3, help="timed updates per variant, in turns")
+    b.add_argument("--engine", choices=["gloo", "ray"], default="gloo", help="where the workers run")
     b = bench_parser(
         "remote", "serve-policy: env steps/s of a CartPole client batching 64 envs per request, and latency",
         "configs/zoo/ppo/CartPole-v1.yaml",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import types
@@ -53,12 +54,28 @@ class TaskConfig:
 
 
 @dataclass
+class RemoteEnvConfig:
+    """``env.api: remote``: simulators in other processes (any language) connect to the run over
+    HTTP/JSON, receive actions and send observations, rewards and episode ends (:mod:`mlxe.envs.remote`).
+    Their spaces are declared here: there is no local copy of the environment to read them from."""
+
+    address: str | int = "127.0.0.1:8770"  # "HOST:PORT" the run listens on ("PORT": the loopback address; 0: any)
+    observation_shape: list[int] = field(default_factory=list)  # a float32 Box, e.g. [4]
+    actions: int | None = None  # Discrete(actions); or a 1-D Box with action_low and action_high
+    action_low: list[float] | None = None
+    action_high: list[float] | None = None
+    connect_timeout: float = 120.0  # seconds an Executor waits for simulators to fill its rows, then fails
+    step_timeout: float = 30.0  # seconds a simulator may take to send its next step before its session is dropped
+
+
+@dataclass
 class EnvConfig:
     id: str = "CartPole-v1"  # a Gymnasium id or "package.module:Class"; pettingzoo: "package.module[:function]"
     # "pettingzoo": a multi-agent environment (PettingZoo's parallel API, or its AEC API converted),
     # ``id`` a module with ``parallel_env`` (or ``env``) or a "package.module:function" making one;
-    # every agent acts with the policy ``agent_to_policy`` maps it to
-    api: Literal["gymnasium", "pettingzoo"] = "gymnasium"
+    # every agent acts with the policy ``agent_to_policy`` maps it to.
+    # "remote": simulators connect to the run over HTTP and are stepped by its Executors (``remote``)
+    api: Literal["gymnasium", "pettingzoo", "remote"] = "gymnasium"
     kwargs: dict[str, Any] = field(default_factory=dict)
     # training and evaluation episodes are cut (truncated) here; null: the environment's own limit
     max_episode_steps: int | None = None
@@ -71,6 +88,7 @@ class EnvConfig:
     # Gymnasium wrappers applied in order after the above: "package.module:Class" or
     # {wrapper: "package.module:Class", kwargs: {...}}
     wrappers: list[Any] = field(default_factory=list)
+    remote: RemoteEnvConfig = field(default_factory=RemoteEnvConfig)
 
 
 @dataclass
@@ -278,6 +296,14 @@ class LearnerConfig:
     with ``backend: ray``: MARO's remote policy hosts)."""
 
     placement: Literal["sequential", "processes", "ray"] = "sequential"
+    # Data-parallel learning (MARO's grad workers): each minibatch's gradient computed by this many
+    # workers, the Learner one of them, and their mean applied once (1: the Learner alone); for the
+    # algorithms with a data-parallel mode (a2c, ppo, pg).
+    gradient_workers: int = 1
+    # Where the other workers run: "gloo": processes on this machine (torch.distributed's gloo
+    # backend); "ray": Ray actors anywhere in the cluster (backend: ray); "auto": ray with backend
+    # ray, else gloo.
+    gradient_engine: Literal["auto", "gloo", "ray"] = "auto"
 
 
 @dataclass
@@ -495,12 +521,104 @@ def _check_ranges(cfg: Config) -> None:
             f"expected <= memory.capacity_per_executor ({cfg.memory.capacity_per_executor})"
         )
     _check_policies(cfg)
+    _check_remote(cfg)
+    _check_gradient_workers(cfg)
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:
             raise ConfigError(
                 f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
             )
+
+
+def _check_remote(cfg: Config) -> None:
+    """``env.api: remote``: the declared spaces, the timeouts and the address; the keys of a local
+    environment and the evaluations that would need one are refused. Elsewhere ``env.remote`` must stay unset."""
+    r, defaults = cfg.env.remote, RemoteEnvConfig()
+    if cfg.env.api != "remote":
+        changed = _changed_keys(to_dict(r), dataclasses.asdict(defaults), "env.remote")
+        if changed:
+            raise ConfigError(f"{changed[0]}: a setting of remote simulators, for env.api 'remote' (env.api is {cfg.env.api!r})")
+        return
+    if cfg.backend != "local" or cfg.arch != "istb":
+        key, value = ("backend", cfg.backend) if cfg.backend != "local" else ("arch", cfg.arch)
+        raise ConfigError(
+            f"{key}: {value!r} is not allowed with env.api 'remote'; expected arch 'istb' and backend 'local' (one "
+            "server in the run's process feeds every Executor's rows, so the Executors must be its threads)"
+        )
+    env_defaults = EnvConfig()
+    for key in ("id", "kwargs", "max_episode_steps", "atari", "frame_stack", "wrappers"):
+        if getattr(cfg.env, key) != getattr(env_defaults, key):
+            raise ConfigError(
+                f"env.{key}: not a setting of remote simulators (env.api 'remote'); the simulators make their "
+                "environments and end their episodes, env.remote declares their spaces"
+            )
+    if cfg.env.task.enabled:
+        raise ConfigError("env.task.enabled: the CartPole task is a Gymnasium environment, not env.api 'remote'")
+    if not r.observation_shape or min(r.observation_shape) < 1:
+        raise ConfigError(
+            f"env.remote.observation_shape: {r.observation_shape!r} is not allowed; expected the simulators' "
+            "observation shape, positive integers (e.g. [4])"
+        )
+    box = r.action_low is not None or r.action_high is not None
+    if (r.actions is None) == (not box):
+        raise ConfigError(
+            "env.remote.actions: expected either actions (the number of Discrete actions) or action_low and "
+            f"action_high (a 1-D Box), got actions={r.actions!r}, action_low={r.action_low!r}, action_high={r.action_high!r}"
+        )
+    if r.actions is not None and r.actions < 1:
+        raise ConfigError(f"env.remote.actions: {r.actions!r} is not allowed; expected an integer >= 1")
+    if box:
+        low, high = r.action_low or [], r.action_high or []
+        if not low or len(low) != len(high):
+            raise ConfigError(
+                f"env.remote.action_high: expected as many bounds as env.remote.action_low (at least one), got "
+                f"action_low={r.action_low!r}, action_high={r.action_high!r}"
+            )
+        if not all(math.isfinite(a) and math.isfinite(b) and a < b for a, b in zip(low, high)):
+            raise ConfigError(
+                f"env.remote.action_high: expected finite bounds with action_low < action_high, got "
+                f"action_low={low!r}, action_high={high!r}"
+            )
+    check_positive("env.remote.connect_timeout", r.connect_timeout)
+    check_positive("env.remote.step_timeout", r.step_timeout)
+    # no local copy of the environment: a greedy evaluation has nothing to play in
+    if cfg.stop.eval_return is not None:
+        raise ConfigError(
+            "stop.eval_return: greedy evaluations need a local environment, which env.api 'remote' has not; set it "
+            "to null (stop on goal_episode_length, max_episodes, max_env_steps or max_wall_seconds)"
+        )
+    if cfg.run.eval_after != 0:
+        raise ConfigError(
+            "run.eval_after: greedy evaluations need a local environment, which env.api 'remote' has not; set it "
+            "to 0 (the training episodes' returns are in episodes.csv)"
+        )
+    try:
+        from mlxe.service.server import parse_address
+    except ImportError as e:
+        raise ConfigError(f"env.api: 'remote' needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
+    parse_address(r.address, key="env.remote.address")
+
+
+def _check_gradient_workers(cfg: Config) -> None:
+    """``learner.gradient_workers`` > 1 needs an algorithm with a data-parallel mode, and the Ray
+    engine the Ray backend."""
+    from mlxe.algos import ALGORITHMS, algorithm, for_config
+
+    k = cfg.learner.gradient_workers
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"learner.gradient_workers: {k!r} is not allowed; expected an integer >= 1")
+    if k == 1:
+        return
+    if not for_config(cfg).data_parallel:
+        able = [name for name in ALGORITHMS if algorithm(name).data_parallel]
+        what = "a multi-agent run (env.api 'pettingzoo')" if cfg.env.api == "pettingzoo" else f"algo.name {cfg.algo.name!r}"
+        raise ConfigError(
+            f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
+            f"expected 1, or algo.name {' or '.join(map(repr, able))}"
+        )
+    if cfg.learner.gradient_engine == "ray" and cfg.backend != "ray":
+        raise ConfigError("learner.gradient_engine: 'ray' puts the gradient workers in Ray actors; it needs backend: ray")
 
 
 def _check_policies(cfg: Config) -> None:
@@ -671,13 +789,13 @@ def _check_ray(cfg: Config) -> None:
 
 def _check_parameter_server(cfg: Config) -> None:
     """``ray.mode: async_gradients``: the Executors compute gradients on their own data, the driver
-    applies them (a parameter server, not a Learner): for algorithms with ``get_gradients``."""
+    applies them (a parameter server, not a Learner): for algorithms with ``worker_gradients``."""
     from mlxe.algos import ALGORITHMS, algorithm
     from mlxe.core import Algorithm
 
     name, r = cfg.algo.name, cfg.ray
-    if algorithm(name).get_gradients is Algorithm.get_gradients:
-        able = [other for other in ALGORITHMS if algorithm(other).get_gradients is not Algorithm.get_gradients]
+    if algorithm(name).worker_gradients is Algorithm.worker_gradients:
+        able = [other for other in ALGORITHMS if algorithm(other).worker_gradients is not Algorithm.worker_gradients]
         raise ConfigError(
             f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r} (it has no parameter-server "
             f"mode); expected algo.name {' or '.join(map(repr, able))}, or ray.mode 'sync' or 'async_experience'"

@@ -128,6 +128,23 @@ class Episode:
     weights_version: int  # version of the weights that played its last step
 
 
+class GradientWorkers(Protocol):
+    """K - 1 processes or actors computing minibatch shares' gradients for one Learner
+    (``learner.gradient_workers``: K, the Learner included)."""
+
+    count: int  # K - 1
+
+    def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
+        """Have worker i compute :meth:`Algorithm.get_gradients` of ``shares[i]`` at ``weights`` [P]
+        (at most ``count`` shares) while the caller goes on."""
+
+    def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
+        """The gradients [P] and loss terms of the shares given to :meth:`start`, in their order."""
+
+    def close(self) -> None:
+        """Stop the workers."""
+
+
 class Algorithm(ABC):
     """The learning side of one algorithm.
 
@@ -190,19 +207,33 @@ class Algorithm(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` onto this algorithm's device."""
 
-    # -- the parameter server (``ray.mode: async_gradients``): optional -----------------------------
-    # Workers (one algorithm instance per Executor) compute gradients on what they observed; the
-    # server's instance applies them. An algorithm without a parameter-server mode leaves these out.
+    # -- gradients computed elsewhere: optional ----------------------------------------------------
+    # Data-parallel learning (``learner.gradient_workers``, MARO's grad workers): an algorithm with
+    # ``data_parallel`` splits each minibatch in shares of rows; ``self.gradient_workers`` (set by
+    # the runtime, None otherwise) computes the other shares' ``get_gradients`` while it computes
+    # its own, and it applies their mean.
+    data_parallel: ClassVar[bool] = False
+    gradient_workers: GradientWorkers | None = None
 
-    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+    def get_gradients(self, batch: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict[str, float]]:
+        """The gradient [P] float32 of the loss at the current weights on ``batch`` (rows of a
+        minibatch as the update prepared it: targets included, normalized), averaged over its rows,
+        and the loss terms (means over its rows); ``progress`` as in :meth:`update`."""
+        raise NotImplementedError(f"{type(self).__name__} has no data-parallel mode")
+
+    # The parameter server (``ray.mode: async_gradients``): workers (one algorithm instance per
+    # Executor) compute gradients on what they observed; the server's instance applies them.
+
+
+    def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
         """A worker's next gradient [P] float32 of the loss at ``weights`` [P] on what it observed,
         with the loss terms; None when it owes none until it observes more (``workers``: how many
         share the run's updates)."""
         raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
 
     def apply_gradients(self, grad: np.ndarray) -> None:
-        """The server's optimizer step with ``grad`` [P] (combined from the workers') as the gradient."""
-        raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
+        """One optimizer step with ``grad`` [P] (combined from the workers') as the gradient."""
+        raise NotImplementedError(f"{type(self).__name__} cannot apply gradients")
 
     def server_iteration(self, episodes: int) -> dict[str, float]:
         """The server's iteration boundary, ``episodes`` finished run-wide so far (also called once at
@@ -211,9 +242,11 @@ class Algorithm(ABC):
         return {}
 
     def close(self) -> None:
-        """Release what the algorithm holds beyond this process (e.g. a multi-agent run's policy
-        processes or actors); called once when the run ends."""
-        return None
+        """Release what the algorithm holds beyond this process (its gradient workers, a multi-agent
+        run's policy processes or actors); called once when the run ends."""
+        if self.gradient_workers is not None:
+            self.gradient_workers.close()
+            self.gradient_workers = None
 
     def adopt(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] (as :meth:`weights` gives them) the model's: best-score promotion."""

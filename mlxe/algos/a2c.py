@@ -214,6 +214,7 @@ class A2C(AlgorithmBase):
     """
 
     Config = Config
+    data_parallel = True  # every loss of the family is a mean over rows
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
@@ -258,6 +259,12 @@ class A2C(AlgorithmBase):
         """(lr, clip range or None) at ``progress`` in [0, 1] of the step budget."""
         remaining = max(0.0, 1.0 - progress)
         return self.algo.lr * (remaining if self.algo.anneal_lr else 1.0), None
+
+    def prepare(self, mb: dict) -> dict:
+        """A minibatch as the loss reads it (arrays or tensors), e.g. with its advantages normalized:
+        done before the minibatch is split between gradient workers, so that statistics over it are
+        the whole minibatch's."""
+        return mb
 
     # -- targets ------------------------------------------------------------------------------------
     def observe(self, segment: Segment) -> None:
@@ -391,8 +398,8 @@ class A2C(AlgorithmBase):
             # one minibatch of the whole batch: the loss is order-free, skip the shuffle's copy
             order = None if size == n and not recurrent else perm if numpy else torch.as_tensor(perm, device=self.device)
             for start in range(0, n - size + 1, size):
-                mb = data if order is None else self.take(data, order[start : start + size])
-                stats.append(self.step_numpy(mb, clip) if numpy else self.step_autograd(mb, clip))
+                mb = self.prepare(data if order is None else self.take(data, order[start : start + size]))
+                stats.append(self.step(mb, clip, progress))
                 if self.curiosity is not None:  # on the same transitions
                     obs = flatten(mb["obs"]) if self.spec.recurrent else mb["obs"]
                     self.curiosity.step(obs, mb["next_obs"], mb["action"])
@@ -443,27 +450,77 @@ class A2C(AlgorithmBase):
         self.backprop.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
         return list(stats)
 
-    def step_numpy(self, mb: dict[str, np.ndarray], clip: float | None) -> list[float]:
-        """One update by ``loss_grad`` and hand-derived backprop; returns STATS and the gradient norm."""
-        stats = self.numpy_gradient(mb, clip)
-        grad = self.backprop.grads.flat
-        grad_norm = float(np.sqrt(np.dot(grad, grad)))
-        if grad_norm + 1e-6 > self.max_grad_norm:  # as torch.nn.utils.clip_grad_norm_
-            grad *= np.float32(self.max_grad_norm / (grad_norm + 1e-6))
-        self.optimizer.step()
-        return [*stats, grad_norm]
-
-    def step_autograd(self, mb: dict, clip: float | None):
-        """One update by autograd of ``loss`` (tensors on the device); returns STATS and the gradient
-        norm as one tensor."""
-        import torch
-
+    def gradient(self, mb: dict, clip: float | None) -> list:
+        """The loss's gradient on a minibatch into ``self.flat.grad`` (replacing it): by ``loss_grad``
+        and hand-derived backprop, or autograd of ``loss``; returns STATS (floats, or tensors on the
+        device: no sync per step)."""
+        if self.backprop is not None:
+            return self.numpy_gradient(mb, clip)
         loss, terms = self.loss(mb, clip)
         self.flat.grad.zero_()  # not None: the module's gradients are views of it
         loss.backward()
+        return [loss.detach(), *(t.detach() for t in terms)]
+
+    def step(self, mb: dict, clip: float | None, progress: float):
+        """One optimizer step on a minibatch: its gradient (shared with the gradient workers, where the
+        Learner has them), clipped to ``max_grad_norm``; returns STATS and the gradient norm (a list
+        of floats on the NumPy path, one tensor otherwise)."""
+        import torch
+
+        if self.gradient_workers is None:
+            terms = self.gradient(mb, clip)
+        else:
+            terms = self.shared_gradient(mb, clip, progress)
+        if self.backprop is not None:
+            grad = self.backprop.grads.flat
+            grad_norm = float(np.sqrt(np.dot(grad, grad)))
+            if grad_norm + 1e-6 > self.max_grad_norm:  # as torch.nn.utils.clip_grad_norm_
+                grad *= np.float32(self.max_grad_norm / (grad_norm + 1e-6))
+            self.optimizer.step()
+            return [*terms, grad_norm]
         grad_norm = torch.nn.utils.clip_grad_norm_([self.flat], self.max_grad_norm, foreach=True)
         self.optimizer.step()
-        return torch.stack([loss.detach(), *(t.detach() for t in terms), grad_norm])
+        return torch.stack([*(torch.as_tensor(t, device=self.device) for t in terms), grad_norm])
+
+    def shared_gradient(self, mb: dict, clip: float | None, progress: float) -> list[float]:
+        """MARO's grad workers: the minibatch in K shares of rows; the workers compute shares 1..K-1
+        at the current weights while this Learner computes share 0. Each loss being a mean over rows,
+        the K gradients' mean weighted by rows is the whole minibatch's gradient."""
+        import torch
+
+        shares = self.split(mb, self.gradient_workers.count + 1)
+        rows = np.array([len(share["action"]) for share in shares], np.float64)
+        weight = rows / rows.sum()
+        numpy = self.backprop is not None
+        sent = shares[1:] if numpy else [{k: v.cpu().numpy() for k, v in share.items()} for share in shares[1:]]
+        self.gradient_workers.start(self.weights(), sent, progress)
+        terms = weight[0] * np.array([float(t) for t in self.gradient(shares[0], clip)])
+        grad = self.flat.grad  # the NumPy path's gradient memory too
+        with torch.no_grad():
+            grad.mul_(float(weight[0]))
+            for (theirs, info), w in zip(self.gradient_workers.finish(), weight[1:]):
+                grad.add_(torch.from_numpy(theirs).to(self.device), alpha=float(w))
+                terms += w * np.array([info[k] for k in STATS])
+        return terms.tolist()
+
+    def split(self, mb: dict, k: int) -> list[dict]:
+        """A minibatch in at most ``k`` shares as even as can be: of rows, or of whole sequences for
+        a recurrent network (fields as :meth:`take` lays them out)."""
+        if not self.spec.recurrent:
+            n = len(mb["action"])
+            bounds = np.linspace(0, n, min(k, n) + 1).round().astype(int).tolist()
+            return [{key: v[a:b] for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
+        S = mb["obs"].shape[1]
+        bounds = np.linspace(0, S, min(k, S) + 1).round().astype(int).tolist()
+
+        def part(key: str, v, a: int, b: int):
+            if key.startswith("state."):
+                return v[a:b]
+            if key in ("obs", "resets"):
+                return v[:, a:b]
+            return v.reshape(-1, S, *v.shape[1:])[:, a:b].reshape(-1, *v.shape[1:])  # time-major rows
+
+        return [{key: part(key, v, a, b) for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
 
     def check_backprop(self, batch: dict[str, np.ndarray], clip: float | None) -> None:
         """Compare the NumPy gradient of one minibatch with autograd of ``loss``; raise on a mismatch.
@@ -479,6 +536,7 @@ class A2C(AlgorithmBase):
         mb = {k: v[:size].copy() for k, v in batch.items()}
         mb["logp"] += rng.normal(0.0, 0.3, size).astype(np.float32)
         mb["value"] += rng.normal(0.0, 0.3, size).astype(np.float32)
+        mb = self.prepare(mb)
         self.numpy_gradient(mb, clip)
         numpy_grad = self.backprop.grads.flat.copy()
         self.flat.grad.zero_()
@@ -496,8 +554,19 @@ class A2C(AlgorithmBase):
             )
         self.backprop_checked = True
 
-    # -- the parameter server (RELAAX's DA3C: ray.mode async_gradients) -------------------------
-    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+    # -- gradients computed elsewhere ---------------------------------------------------------------
+    def get_gradients(self, batch: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict[str, float]]:
+        """A gradient worker's share: the loss's gradient [P] on ``batch`` at the current weights
+        (:meth:`adopt` them first), unclipped, and its STATS."""
+        import torch
+
+        _, clip = self.schedule(progress)
+        data = batch if self.backprop is not None else {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        stats = self.gradient(data, clip)
+        return self.flat.grad.cpu().numpy().copy(), dict(zip(STATS, (float(t) for t in stats)))
+
+    # The parameter server (RELAAX's DA3C: ray.mode async_gradients)
+    def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
         """A worker's gradient [P] of the loss on its fresh segment, at ``weights`` [P] (those that
         played it), clipped to ``max_grad_norm``; None before it has observed one."""
         import torch

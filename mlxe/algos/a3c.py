@@ -461,7 +461,7 @@ class A3C(Algorithm):
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
     # -- the parameter server ------------------------------------------------------------------
-    def get_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+    def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
         """A worker's next gradient at ``weights`` on a fresh batch of its own replay. After each
         episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
         stored rows: the minimum-updates rule, shared between the workers."""

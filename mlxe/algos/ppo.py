@@ -7,7 +7,7 @@ GAE(gamma, lambda) per environment, bootstrapping V(final observation) at trunca
 * Loss: clipped surrogate -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi/pi_old, value loss
   (optionally clipped around the old values), minus the entropy bonus.
 * Update: K epochs over shuffled minibatches of the N x E x T batch, advantages normalized per
-  minibatch, gradient-norm clipping, learning rate and clip range annealed linearly to 0 over the
+  minibatch (``prepare``), gradient-norm clipping, learning rate and clip range annealed linearly to 0 over the
   run's step budget.
 
 ``loss`` (torch) is the definition; ``loss_grad`` is the same loss in NumPy with its hand-derived
@@ -55,7 +55,7 @@ class PPO(A2C):
     """K epochs of clipped-surrogate updates on each iteration's batch."""
 
     Config = Config
-    get_gradients = AlgorithmBase.get_gradients  # epochs over one batch: no parameter-server form
+    worker_gradients = AlgorithmBase.worker_gradients  # epochs over one batch: no parameter-server form
 
     def make_optimizer(self):
         import torch
@@ -73,6 +73,14 @@ class PPO(A2C):
         clip = self.algo.clip * (remaining if self.algo.anneal_clip else 1.0)
         return lr, clip
 
+    def prepare(self, mb: dict) -> dict:
+        """Advantages normalized over the minibatch (unbiased std, arrays or tensors)."""
+        adv = mb["advantage"]
+        if not self.algo.normalize_advantages or len(adv) < 2:
+            return mb
+        std = adv.std(ddof=1) if isinstance(adv, np.ndarray) else adv.std()
+        return mb | {"advantage": (adv - adv.mean()) / (std + 1e-8)}
+
     def loss(self, mb: dict, clip: float):
         """Clipped-surrogate loss of one minibatch (tensors); returns (loss, the other STATS)."""
         import torch
@@ -83,8 +91,6 @@ class PPO(A2C):
         logp, entropy = log_prob_entropy(policy, mb["action"])
         entropy = entropy.mean()
         adv = mb["advantage"]
-        if p.normalize_advantages and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         log_ratio = logp - mb["logp"]
         ratio = log_ratio.exp()
         policy_loss = -torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv).mean()
@@ -104,8 +110,6 @@ class PPO(A2C):
         p = self.algo
         n = len(logp)
         adv = mb["advantage"]
-        if p.normalize_advantages and n > 1:
-            adv = (adv - adv.mean()) / (adv.std(ddof=1) + np.float32(1e-8))
         log_ratio = logp - mb["logp"]
         ratio = np.exp(log_ratio)
         surrogate, surrogate_clipped = ratio * adv, np.clip(ratio, 1.0 - clip, 1.0 + clip) * adv

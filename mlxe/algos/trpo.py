@@ -96,7 +96,8 @@ class TRPO(A2C):
     """A natural-gradient policy step inside the KL trust region, then the value function's fit."""
 
     Config = Config
-    get_gradients = AlgorithmBase.get_gradients  # a second-order step on a whole batch: no parameter-server form
+    worker_gradients = AlgorithmBase.worker_gradients  # a second-order step on a whole batch: no parameter-server form
+    data_parallel = False  # its update is its own (no minibatch steps to split)
 
     def make_backprop(self):
         return None  # second-order steps: torch autograd

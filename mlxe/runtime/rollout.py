@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe import algos
+from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
 from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
 from mlxe.envs.filters import Filters
@@ -112,9 +113,19 @@ class GymVec:
             env.close()
 
 
-def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True):
+def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, executor: int | None = None):
     """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env;
-    ``training=False``: evaluation's environments (normal starts)."""
+    ``training=False``: evaluation's environments (normal starts). ``env.api: remote``: Executor
+    ``executor``'s rows of the run's remote simulators (None: a probe of the spaces)."""
+    if cfg.env.api == "remote":
+        from mlxe.envs.remote import RemoteVec
+
+        if not training:
+            raise ConfigError(
+                "env.api: 'remote' has no local environment to evaluate in; serve the policy to the simulators "
+                "instead (mlxe serve-policy RUN_DIR)"
+            )
+        return RemoteVec(cfg, num_envs, executor)
     if cfg.env.api == "pettingzoo":
         from mlxe.envs.factory import pettingzoo_factory
         from mlxe.envs.multiagent import AgentRows
@@ -133,7 +144,7 @@ class RolloutExecutor:
         self.cfg, self.index = cfg, index
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
-        self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed)
+        self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index)
         self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
         self.weights = weights
         algorithm = algos.for_config(cfg)
@@ -209,8 +220,13 @@ class RolloutExecutor:
                 continue
             done = terminated | truncated
             ended = np.flatnonzero(done)
-            lengths = self.ep_length[ended] + (t + 1 - begin[ended])  # lengths are counted at episode ends
-            for length, total, failed in zip(lengths.tolist(), self.ep_return[ended].tolist(), terminated[ended].tolist()):
+            # a remote simulator's episodes cut when it disconnected: truncated for learning, never finished
+            lost = getattr(self.env, "lost", None)
+            finished = ended if lost is None else ended[~lost[ended]]
+            lengths = self.ep_length[finished] + (t + 1 - begin[finished])  # lengths are counted at episode ends
+            for length, total, failed in zip(
+                lengths.tolist(), self.ep_return[finished].tolist(), terminated[finished].tolist()
+            ):
                 episodes.append(Episode(self.index, length, total, failed, self.version))
             self.ep_length[ended], self.ep_return[ended], begin[ended] = 0, 0.0, t + 1
             self.discounted_return[ended] = 0.0

@@ -39,6 +39,7 @@ from mlxe.envs.filters import Filters
 from mlxe.models.actor_critic import NetSpec, net_spec
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
+from mlxe.runtime.gradient_workers import build_learner
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.setup import Seeds, context, replacement_seed
 from mlxe.runtime.status import ExecutorStatus, StatusFile
@@ -255,7 +256,7 @@ def train(
     limit_threads(cfg.torch_threads, torch=True)
     algorithm = algos.for_config(cfg)
     filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
-    learner = (make_learner or algorithm)(cfg, spec, seeds.learner)
+    learner = (make_learner or build_learner)(cfg, spec, seeds.learner)
     try:
         return _schedule(cfg, trainer, spec, seeds, rollouts, algorithm, learner, filters)
     finally:

@@ -35,7 +35,11 @@ def replacement_seed(seed: int, restarts: int) -> int:
 
 def problem_spec(cfg: Config) -> NetSpec:
     """The network spec of ``cfg`` (builds one environment to read its spaces; a multi-agent run's
-    is the spec of its vector env's rows)."""
+    is the spec of its vector env's rows; remote simulators' is what ``env.remote`` declares)."""
+    if cfg.env.api == "remote":
+        from mlxe.envs.remote import remote_spaces
+
+        return net_spec(cfg, *remote_spaces(cfg.env.remote))
     if cfg.env.api == "pettingzoo":
         from mlxe.runtime.rollout import make_vector_env
 

@@ -19,7 +19,7 @@ def learner(*overrides: str, seed: int = 0):
 
 def test_a_worker_owes_no_gradient_before_its_segment():
     worker = learner()
-    assert worker.get_gradients(worker.weights(), workers=2) is None
+    assert worker.worker_gradients(worker.weights(), workers=2) is None
 
 
 def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
@@ -27,7 +27,7 @@ def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     rows = batch(reference)
     weights = reference.weights()  # the weights the segment was played with: not the worker's own
     worker.observed.append(rows)
-    grad, info = worker.get_gradients(weights, workers=2)
+    grad, info = worker.worker_gradients(weights, workers=2)
     loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in rows.items()}, None)
     reference.flat.grad.zero_()
     loss.backward()
@@ -36,7 +36,7 @@ def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     np.testing.assert_allclose(grad, expected * scale, rtol=1e-4, atol=1e-6)
     assert info["loss"] == pytest.approx(loss.item(), rel=1e-5) and set(info) >= {"value_loss", "grad_norm"}
     assert worker.observed == []  # the segment is used once
-    assert worker.get_gradients(weights, workers=2) is None
+    assert worker.worker_gradients(weights, workers=2) is None
 
 
 def test_the_server_applies_a_gradient_with_its_optimizer():

@@ -657,10 +657,10 @@ def test_episodes_and_replay_grow_with_the_finished_episodes():
 def test_a_parameter_server_worker_owes_its_share_of_the_mmuf_rule_after_each_episode():
     worker = learner("algo.batch_size=4", "memory.keep_last_steps=16", "algo.min_updates=5")
     weights = worker.weights()
-    assert worker.get_gradients(weights, workers=2) is None  # nothing observed yet: go and play
+    assert worker.worker_gradients(weights, workers=2) is None  # nothing observed yet: go and play
     worker.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
     # max(min_updates 5, 2 workers x 11 rows // 4 + 1 = 6) = 6 run-wide, 3 for this worker
-    owed = [worker.get_gradients(weights, workers=2) for _ in range(4)]
+    owed = [worker.worker_gradients(weights, workers=2) for _ in range(4)]
     assert all(g is not None for g in owed[:3]) and owed[3] is None
     grad, info = owed[0]
     assert grad.shape == weights.shape and grad.dtype == np.float32 and set(info) == set(LOSS_STATS)

@@ -82,7 +82,7 @@ class Actor:
 class GradientActor(Actor):
     """An Executor of the parameter server: ``step`` plays an episode into its own algorithm (a
     worker: its own replay and a model copy for the loss; the optimizer lives on the server) or
-    returns the next gradient that algorithm owes (``Algorithm.get_gradients``), on a
+    returns the next gradient that algorithm owes (``Algorithm.worker_gradients``), on a
     :class:`~mlxe.runtime.rollout.RolloutExecutor` with one environment.
 
     ``executors`` is the run's Executor count (the workers share the run's updates); ``state`` a
@@ -111,9 +111,9 @@ class GradientActor(Actor):
             # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
             segment, episodes, _ = self.executor.rollout()
             self.algo.observe(segment)
-            grad, info = self.algo.get_gradients(self.executor.local, self.executors)
+            grad, info = self.algo.worker_gradients(self.executor.local, self.executors)
             return Gradient(self.index, self.executor.version, grad, info, episodes)
-        owed = self.algo.get_gradients(self.executor.local, self.executors)
+        owed = self.algo.worker_gradients(self.executor.local, self.executors)
         if owed is not None:
             grad, info = owed
             return Gradient(self.index, self.executor.version, grad, info)

@@ -72,10 +72,13 @@ def probe(address: str, timeout: float) -> None:
 
 def learner_cpus(cfg: Config) -> float:
     """CPUs the run's learner actors reserve: :data:`LEARNER_CPUS` for the learner actor, and as much
-    for each learned policy of a multi-agent run placed on Ray; 0 with the Learner in the driver."""
+    for each learned policy of a multi-agent run placed on Ray and each gradient worker on Ray; 0 with
+    the Learner alone in the driver."""
     cpus = LEARNER_CPUS if cfg.ray.learner_num_gpus > 0 else 0.0
     if cfg.env.api == "pettingzoo" and cfg.learner.placement == "ray":
         cpus += LEARNER_CPUS * max(1, sum(p.rule is None for p in cfg.policies.values()))
+    if cfg.learner.gradient_engine in ("auto", "ray"):  # with backend ray, auto is ray
+        cpus += LEARNER_CPUS * (cfg.learner.gradient_workers - 1)
     return cpus
 
 

@@ -7,7 +7,7 @@ and returns it with the episodes that ended; then plays again with the newest we
 With the study's A3C each Executor actor (:class:`~mlxe.runtime.ray.actors.GradientActor`) holds a
 worker instance of the algorithm, a learner without an optimizer: it plays an episode into its own share of the replay
 (``memory.capacity_per_executor`` rows, prioritized and re-weighted as on the Learner), then
-computes its share of the minimum-updates rule as gradients (``Algorithm.get_gradients``), one per
+computes its share of the minimum-updates rule as gradients (``Algorithm.worker_gradients``), one per
 call, each at the newest weights it was offered, and plays again. The driver is the parameter server:
 every gradient arrives with the version it was computed at and goes through the combiner
 (``ray.combine``: fifo, average, dc; see :mod:`mlxe.runtime.ray.server`); each applied update is a

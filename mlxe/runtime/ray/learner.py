@@ -26,6 +26,7 @@ import numpy as np
 from mlxe.config import Config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.gradient_workers import build_learner
 from mlxe.runtime.ray.actors import Actor
 from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
 from mlxe.runtime.ray.pool import writable
@@ -43,10 +44,8 @@ class LearnerActor(Actor):
     makes it a Ray actor with the run's resource request)."""
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        from mlxe.algos import for_config
-
         limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
-        self.learner = for_config(cfg)(cfg, spec, seed)
+        self.learner = build_learner(cfg, spec, seed)
 
     def describe(self) -> dict:
         """Where this actor runs, its torch device and the GPUs Ray assigned it."""
@@ -176,9 +175,7 @@ def in_driver(stats: RunStats) -> LearnerFactory:
     def make(cfg: Config, spec: NetSpec, seed: int):
         import ray
 
-        from mlxe.algos import for_config
-
-        learner = for_config(cfg)(cfg, spec, seed)
+        learner = build_learner(cfg, spec, seed)
         stats.learner = {
             "actor": False,
             "name": "",

@@ -1,6 +1,6 @@
 """The parameter server of ``ray.mode: async_gradients``: gradients in, versioned weights out.
 
-Executors compute gradients of the algorithm's loss (``Algorithm.get_gradients``) on their own copy
+Executors compute gradients of the algorithm's loss (``Algorithm.worker_gradients``) on their own copy
 of the model and submit each with the version of the weights it was computed at. The server turns submissions into updates of the global
 model with a *combiner*:
 

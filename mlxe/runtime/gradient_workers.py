@@ -1,0 +1,258 @@
+"""Data-parallel learning: one Learner's minibatch gradients computed by K workers (MARO's grad workers).
+
+With ``learner.gradient_workers: K`` the Learner splits each minibatch in K shares of rows (see
+:meth:`mlxe.algos.a2c.A2C.shared_gradient`). Workers 1..K-1 each hold a copy of the algorithm; for
+every minibatch they receive the current weights and their share, compute the gradient of the loss
+there (``Algorithm.get_gradients``) and send it back, while the Learner computes share 0. The Learner
+averages the K gradients weighted by rows and takes one optimizer step, so the update is the one a
+single Learner takes on the whole minibatch, up to float rounding. Workers keep no optimizer and no
+state between minibatches: a worker is the weights and a loss.
+
+Two engines carry the shares and the gradients:
+
+* ``gloo`` (:class:`GlooWorkers`): K - 1 processes on this machine, a torch.distributed process group
+  of the gloo backend of their own (not the process-wide default group, so that several Learners of
+  one process each have theirs), point-to-point tensors over loopback TCP;
+* ``ray`` (:class:`RayWorkers`): K - 1 Ray actors, wherever the cluster places them.
+
+A worker that fails stops the run with :class:`~mlxe.runtime.transport.workers.WorkerFailed` naming
+it: a gradient lost mid-update cannot be replayed without redoing the update.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing as mp
+from typing import Any
+
+import numpy as np
+
+from mlxe.config import Config
+from mlxe.core import Algorithm, GradientWorkers
+from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.threads import limit_threads
+from mlxe.runtime.transport.workers import WorkerFailed
+
+TIMEOUT_S = 600.0  # seconds one exchange with a worker may take before the run stops with an error
+STOP, GRADIENT = 0, 1  # the commands a gloo worker receives
+
+
+def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
+    """The run's Algorithm (``cfg``'s), with its gradient workers started where
+    ``learner.gradient_workers`` asks for more than the Learner."""
+    from mlxe.algos import for_config
+
+    learner = for_config(cfg)(cfg, spec, seed)
+    k = cfg.learner.gradient_workers
+    if k > 1:
+        engine = cfg.learner.gradient_engine
+        if engine == "auto":
+            engine = "ray" if cfg.backend == "ray" else "gloo"
+        workers = RayWorkers if engine == "ray" else GlooWorkers
+        learner.gradient_workers = workers(cfg, spec, seed, k - 1)
+    return learner
+
+
+def _worker_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
+    """A worker's copy of the algorithm: its weights come with every share."""
+    from dataclasses import replace
+
+    from mlxe.algos import for_config
+
+    limit_threads(cfg.torch_threads, torch=True)
+    return for_config(cfg)(replace(cfg, device="cpu" if cfg.device.startswith("cuda") else cfg.device), spec, seed)
+
+
+# --------------------------------------------------------------------------- gloo
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> tuple[bytes, np.ndarray]:
+    """A share as (its layout as JSON, every array's bytes in one uint8 buffer)."""
+    layout = [(k, v.dtype.str, list(v.shape)) for k, v in arrays.items()]
+    payload = np.concatenate([np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in arrays.values()])
+    return json.dumps(layout).encode(), payload
+
+
+def _unpack(layout: bytes, payload: np.ndarray) -> dict[str, np.ndarray]:
+    out, at = {}, 0
+    for key, dtype, shape in json.loads(layout):
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        out[key] = payload[at : at + size].view(dtype).reshape(shape)
+        at += size
+    return out
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed blocks of up to 32 MiB for reuse (where this is glibc). By
+    default it maps the large temporaries of every gradient afresh and returns them to the system,
+    so each request pays page faults on them: a third of a share's time for a 256-256 network."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt's parameters (malloc.h)
+        libc.mallopt(m_mmap_threshold, 32 << 20)
+        libc.mallopt(m_trim_threshold, 64 << 20)
+    except (OSError, AttributeError):  # another C library: its own defaults
+        pass
+
+
+def _serve(rank: int, world: int, port: int, cfg: Config, spec: NetSpec, seed: int) -> None:
+    """A gloo worker's loop: for every request, the weights and a share in, its gradient out."""
+    import torch
+    import torch.distributed as dist
+
+    _keep_freed_memory()
+    algo = _worker_algorithm(cfg, spec, seed)
+    timeout = datetime.timedelta(seconds=TIMEOUT_S)
+    store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
+    group = dist.ProcessGroupGloo(store, rank, world, timeout)
+    weights = torch.empty(algo.weights().size, dtype=torch.float32)
+    header = torch.empty(4, dtype=torch.int64)
+    while True:
+        group.recv([header], 0, 0).wait()
+        command, layout_size, payload_size, progress_bits = header.tolist()
+        if command == STOP:
+            return
+        layout, payload = torch.empty(layout_size, dtype=torch.uint8), torch.empty(payload_size, dtype=torch.uint8)
+        for t in (layout, payload, weights):
+            group.recv([t], 0, 0).wait()
+        algo.adopt(weights.numpy())
+        progress = float(np.int64(progress_bits).view(np.float64))
+        grad, info = algo.get_gradients(_unpack(layout.numpy().tobytes(), payload.numpy()), progress)
+        terms = json.dumps(info).encode()
+        group.send([torch.tensor([len(terms)], dtype=torch.int64)], 0, 0).wait()
+        group.send([torch.frombuffer(bytearray(terms), dtype=torch.uint8)], 0, 0).wait()
+        group.send([torch.from_numpy(grad)], 0, 0).wait()
+
+
+class GlooWorkers(GradientWorkers):
+    """``count`` worker processes of this machine in a gloo process group with this one (rank 0)."""
+
+    def __init__(self, cfg: Config, spec: NetSpec, seed: int, count: int) -> None:
+        import torch.distributed as dist
+
+        self.count = count
+        timeout = datetime.timedelta(seconds=TIMEOUT_S)
+        # port 0: the store binds a free port, which the workers are given
+        self.store = dist.TCPStore("127.0.0.1", 0, count + 1, True, timeout=timeout, wait_for_workers=False)
+        context = mp.get_context(cfg.start_method)
+        self.processes = [
+            context.Process(
+                target=_serve, args=(rank, count + 1, self.store.port, cfg, spec, seed), name=f"gradient-worker-{rank}", daemon=True
+            )
+            for rank in range(1, count + 1)
+        ]
+        for process in self.processes:
+            process.start()
+        self.group = dist.ProcessGroupGloo(self.store, 0, count + 1, timeout)
+        self.asked, self.weights_size = 0, 0
+
+    def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
+        import torch
+
+        w = torch.from_numpy(np.asarray(weights, np.float32))
+        for rank, share in enumerate(shares, start=1):
+            layout, payload = _pack(share)
+            tensors = [
+                # the progress travels as its float64's bits: exactly the Learner's
+                torch.tensor([GRADIENT, len(layout), payload.size, int(np.float64(progress).view(np.int64))], dtype=torch.int64),
+                torch.frombuffer(bytearray(layout), dtype=torch.uint8),
+                torch.from_numpy(payload),
+                w,
+            ]
+            sends = [self.group.send([t], rank, 0) for t in tensors]
+            # done before the Learner computes its own share: gloo's sending thread would otherwise
+            # wait for a core behind the Learner's, and the worker for its data
+            for send in sends:
+                send.wait()
+        self.asked, self.weights_size = len(shares), w.numel()
+
+    def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
+        import torch
+
+        replies = []
+        try:
+            for rank in range(1, self.asked + 1):
+                size = torch.empty(1, dtype=torch.int64)
+                self.group.recv([size], rank, 0).wait()
+                terms = torch.empty(int(size), dtype=torch.uint8)
+                self.group.recv([terms], rank, 0).wait()
+                grad = torch.empty(self.weights_size, dtype=torch.float32)  # a gradient per weight
+                self.group.recv([grad], rank, 0).wait()
+                replies.append((grad.numpy(), json.loads(terms.numpy().tobytes())))
+        except RuntimeError as e:
+            dead = [p.name for p in self.processes if not p.is_alive()]
+            raise WorkerFailed(f"{', '.join(dead) or 'a gradient worker'} failed: {e}") from None
+        self.asked = 0
+        return replies
+
+    def close(self) -> None:
+        import torch
+
+        for rank, process in enumerate(self.processes, start=1):
+            if process.is_alive():
+                try:
+                    self.group.send([torch.tensor([STOP, 0, 0, 0], dtype=torch.int64)], rank, 0).wait()
+                except RuntimeError:
+                    pass
+        for process in self.processes:
+            process.join(5.0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+class GradientWorkerActor:
+    """A Ray actor's side of :class:`RayWorkers`."""
+
+    def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
+        self.algo = _worker_algorithm(cfg, spec, seed)
+
+    def gradients(self, weights: np.ndarray, share: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict]:
+        from mlxe.runtime.ray.pool import writable
+
+        self.algo.adopt(weights)
+        return self.algo.get_gradients(writable(share), progress)
+
+
+class RayWorkers(GradientWorkers):
+    """``count`` Ray actors, one CPU each, wherever the cluster places them."""
+
+    def __init__(self, cfg: Config, spec: NetSpec, seed: int, count: int) -> None:
+        import ray
+
+        self.count = count
+        remote = ray.remote(GradientWorkerActor)
+        self.actors = [
+            remote.options(num_cpus=1, max_restarts=0, name=None).remote(cfg, spec, seed) for _ in range(count)
+        ]
+        self.calls: list[Any] = []
+
+    def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
+        import ray
+
+        w = ray.put(np.asarray(weights, np.float32))  # once for every worker
+        self.calls = [actor.gradients.remote(w, share, progress) for actor, share in zip(self.actors, shares)]
+
+    def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
+        import ray
+
+        try:
+            replies = ray.get(self.calls, timeout=TIMEOUT_S)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            raise WorkerFailed(f"a gradient worker failed: {e}") from None
+        self.calls = []
+        return [(np.array(grad), info) for grad, info in replies]  # Ray's arrays are read-only views
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
