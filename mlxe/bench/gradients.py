@@ -98,7 +98,7 @@ def bench_gradients(
         import ray
 
         ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        base.append("backend=ray")
+        base += ["backend=ray", "arch=is"]
     times: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for _ in range(rounds):  # in turns: a slow spell of the machine hits every variant
