@@ -120,9 +120,11 @@ class SimulatorHub:
     """
 
     def __init__(
-        self, remote: RemoteEnvConfig, executors: int, envs: int, say: Callable[[str], None] | None = None
+        self, remote: RemoteEnvConfig, executors: int, envs: int, say: Callable[[str], None] | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.remote, self.executors, self.envs = remote, executors, envs
+        self.stopping = stopping  # the run was asked to stop (Ctrl-C): Executors waiting for simulators give up
         self.obs_shape = tuple(remote.observation_shape)
         self.spec = spec_of(remote)
         self.say = say or (lambda text: None)
@@ -270,6 +272,11 @@ class SimulatorHub:
             self._expire(now, rows)
             vacant = [r for r in rows if self.rows[r].session is None]
             if vacant:
+                if self.stopping():  # no simulator will come to finish the step: do not hold the stop up
+                    raise RunEnded(
+                        f"env.api 'remote': the run was asked to stop while {len(vacant)} of this Executor's rows "
+                        "waited for a simulator"
+                    )
                 since = min(self.rows[r].vacant_since for r in vacant)
                 if now - since > self.remote.connect_timeout:
                     filled = len(rows) - len(vacant)
@@ -313,13 +320,16 @@ class SimulatorHub:
             session.loop.call_soon_threadsafe(_resolve, future, value)
 
 
-def start_hub(cfg: Config, say: Callable[[str], None] | None = None) -> SimulatorHub:
-    """The hub of ``cfg``'s run, made the one :func:`active_hub` returns until :func:`stop_hub`."""
+def start_hub(
+    cfg: Config, say: Callable[[str], None] | None = None, stopping: Callable[[], bool] = lambda: False
+) -> SimulatorHub:
+    """The hub of ``cfg``'s run, made the one :func:`active_hub` returns until :func:`stop_hub`;
+    ``stopping``: whether the run was asked to stop."""
     global _active
     with _active_lock:
         if _active is not None and not _active.closed:
             raise ConfigError("env.api: 'remote' runs one at a time per process; another one's simulators are connected")
-        _active = SimulatorHub(cfg.env.remote, cfg.num_executors(), cfg.envs_per_executor, say)
+        _active = SimulatorHub(cfg.env.remote, cfg.num_executors(), cfg.envs_per_executor, say, stopping)
         return _active
 
 

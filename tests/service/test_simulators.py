@@ -360,3 +360,14 @@ def test_box_actions_are_declared_and_clipped(tmp_path):
     assert vec.bounds[0].tolist() == [-2.0] and vec.n_actions.shape == (1,) and vec.obs_shape == (3,)
     hub = SimulatorHub(cfg.env.remote, 1, 8)
     assert hub.spec["action"] == {"kind": "box", "shape": [1], "low": [-2.0], "high": [2.0]}
+
+
+def test_a_stop_asked_while_rows_wait_for_simulators_ends_the_wait_at_once():
+    stop = threading.Event()
+    hub = SimulatorHub(remote_config().env.remote, executors=1, envs=2, stopping=stop.is_set)
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(RunEnded, match="asked to stop while 2 of this Executor's rows waited for a simulator"):
+        hub.reset(0)
+    assert time.monotonic() - started < 2  # not connect_timeout
+    hub.close()
