@@ -1,7 +1,6 @@
 """``mlxe serve-policy``: the policy service over a real socket (port 0), against runs trained here or
 checkpoints written with the project's own writer, and the example clients as subprocesses."""
 
-import http.client
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from mlxe.config import ConfigError, load_config, save_config  # noqa: E402
 from mlxe.envs.vector import CartPoleVec  # noqa: E402
 from mlxe.runtime.checkpoints import save_checkpoint  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
+from tests.service.client import Client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "remote_env"
@@ -65,22 +65,6 @@ def recurrent_service(recurrent_run):
         yield service
 
 
-class Client:
-    """One keep-alive connection to a service: (status, JSON answer) of each request."""
-
-    def __init__(self, service: PolicyService, token: str | None = "") -> None:
-        parts = urlsplit(service.url)
-        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        token = service.token if token == "" else token
-        self.headers = {"Content-Type": "application/json"}
-        if token is not None:
-            self.headers["Authorization"] = f"Bearer {token}"
-
-    def __call__(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
-        data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
-        self.connection.request(method, path, data, self.headers)
-        response = self.connection.getresponse()
-        return response.status, json.loads(response.read())
 
 
 def evaluation_policy(run_dir: Path):

@@ -2,7 +2,6 @@
 runs over a real socket (port 0), the hub and its service driven by hand, and the refusals."""
 
 import csv
-import http.client
 import json
 import re
 import shutil
@@ -12,7 +11,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ from mlxe.envs.remote import RemoteVec, RunEnded, SimulatorHub, start_hub, stop_
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
 from mlxe.service.simulators import SimulatorService  # noqa: E402
+from tests.service.client import Client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "remote_env"
@@ -130,22 +129,6 @@ def test_a_port_in_use_is_a_config_error_naming_the_key(tmp_path):
 # -- the hub and its service, driven by hand ----------------------------------------------------------------
 
 
-class Client:
-    """One keep-alive connection to a service: (status, JSON answer) of each request."""
-
-    def __init__(self, service: SimulatorService, token: str | None = "") -> None:
-        parts = urlsplit(service.url)
-        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        token = service.token if token == "" else token
-        self.headers = {"Content-Type": "application/json"}
-        if token is not None:
-            self.headers["Authorization"] = f"Bearer {token}"
-
-    def __call__(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
-        data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
-        self.connection.request(method, path, data, self.headers)
-        response = self.connection.getresponse()
-        return response.status, json.loads(response.read())
 
 
 def remote_config(*overrides: str):
