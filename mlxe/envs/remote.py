@@ -129,6 +129,7 @@ class SimulatorHub:
         self.spec = spec_of(remote)
         self.say = say or (lambda text: None)
         self.closed = ""  # why the hub closed ("" while open)
+        self.episodes_dropped = 0  # episodes in progress cut by sessions that ended (the run's episodes_lost)
         self.sessions: dict[str, Session] = {}
         now = time.monotonic()
         self.rows = [_Row(vacant_since=now) for _ in range(executors * envs)]
@@ -306,6 +307,7 @@ class SimulatorHub:
             if row.live:
                 row.live, row.lost = False, True
                 dropped += 1
+        self.episodes_dropped += dropped
         self._answer(session, f"the session ended ({reason})")
         self._cond.notify_all()
         self.say(

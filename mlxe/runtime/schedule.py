@@ -36,6 +36,7 @@ from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
+from mlxe.envs.remote import active_hub
 from mlxe.models.actor_critic import NetSpec, net_spec
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
@@ -99,8 +100,9 @@ class LocalRollouts:
 
     An Executor that fails (its process dies, or it raises) is replaced by a new one with the
     current weights and a fresh RNG stream, and is asked again what it was asked: its
-    environments' unfinished episodes are lost (counted in ``episodes_lost``), nothing of the
-    Learner is. After ``run.max_restarts`` replacements of one Executor the run stops with its error.
+    environments' unfinished episodes are lost (counted in ``episodes_lost``, with the episodes of
+    remote simulators that disconnected), nothing of the Learner is. After ``run.max_restarts``
+    replacements of one Executor the run stops with its error.
     """
 
     def __init__(
@@ -113,7 +115,8 @@ class LocalRollouts:
         # Learner publishes the next one before the Executor starts (ask() tells which)
         self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
         self.restarts = [0] * n
-        self.episodes_lost = 0
+        self.episodes_lost = 0  # in replaced Executors
+        self.hub = active_hub() if cfg.env.api == "remote" else None  # the remote simulators' rows
         self._pending: dict[int, tuple] = {}  # what each Executor was asked and has not answered yet
         workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
         # one compute thread per Executor process: the Executors are the parallelism of acting
@@ -186,6 +189,10 @@ class LocalRollouts:
         if msg is not None:
             self._send(i, msg)
 
+    def lost(self) -> int:
+        """Episodes in progress lost so far: in replaced Executors and in dropped simulator sessions."""
+        return self.episodes_lost + (self.hub.episodes_dropped if self.hub is not None else 0)
+
     def close_iteration(
         self,
         updates: int,
@@ -194,13 +201,13 @@ class LocalRollouts:
         roles: Callable[[], dict],
         trained: list[Rollout],
     ) -> None:
-        info.update(restarts=sum(self.restarts), episodes_lost=self.episodes_lost)
+        info.update(restarts=sum(self.restarts), episodes_lost=self.lost())
         self.trainer.display_extra = {"restarts": sum(self.restarts)}
         self.trainer.close_iteration(updates, info, evaluate, roles)
         self.write_status()
 
     def write_status(self, state: str = "running", force: bool = False) -> None:
-        extra = {"restarts": sum(self.restarts), "episodes_lost": self.episodes_lost}
+        extra = {"restarts": sum(self.restarts), "episodes_lost": self.lost()}
         self.status.write(self.trainer, self.executors, extra, state, force)
 
     def close(self, state: str = "finished") -> None:

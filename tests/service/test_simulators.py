@@ -98,6 +98,8 @@ def test_a_disconnect_mid_episode_drops_its_episodes_and_the_run_goes_on(tmp_pat
     assert client["sessions"] == 2 and client["dropped"] == 8, client
     # the run counted exactly the episodes the simulator finished: none of the dropped ones
     assert run_episodes(result.run_dir) == client["episodes"] and result.summary["episodes"] == len(client["episodes"])
+    with open(result.run_dir / "metrics.csv") as f:
+        assert int(float(list(csv.DictReader(f))[-1]["episodes_lost"])) == 8  # ... and counted as lost
 
 
 def test_the_node_client_trains_a_run(tmp_path):
