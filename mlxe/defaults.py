@@ -236,15 +236,17 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
         # VecNormalize in RL-Zoo's MuJoCo settings) for the on-policy algorithms.
         "filters": {"obs": continuous and not off_policy and not facts.image, "reward": continuous and not off_policy},
     }
-    if algo == "ppo" and not continuous:
-        # RL-Zoo's LunarLander settings: the same numbers solve CartPole and Acrobot, where
-        # Stable-Baselines3's defaults leave LunarLander unsolved in a million steps.
+    if algo == "ppo":
+        # RL-Zoo's LunarLander settings: the same numbers solve CartPole, Acrobot, Pendulum and both
+        # LunarLanders, where Stable-Baselines3's defaults leave the discrete one unsolved in a million
+        # steps and the continuous one on some seeds.
         tree["algo"].update({"gamma": 0.999, "gae_lambda": 0.98, "entropy_coef": 0.01, "epochs": 4})
     if algo == "dqn":
         tree["algo"]["exploration_steps"] = BUDGET_ENV_STEPS // 10  # Stable-Baselines3: 10% of the budget
     if facts.image and algo in ("ppo", "a2c", "pg"):
         # Atari-sized settings (RL-Zoo's PPO on Atari): a smaller lr and clip, fewer epochs, larger batches.
-        tree["algo"].update({"lr": 2.5e-4, "batch_size": 256, "epochs": 4, "clip": 0.1, "entropy_coef": 0.01}
+        tree["algo"].update({"lr": 2.5e-4, "batch_size": 256, "epochs": 4, "clip": 0.1, "entropy_coef": 0.01,
+                             "gamma": 0.99, "gae_lambda": 0.95}
                             if algo == "ppo" else {"entropy_coef": 0.01})
     if facts.image and algo == "dqn":
         tree["algo"].update({"buffer_size": 100_000, "learning_starts": 10_000, "target_period": 1_000})

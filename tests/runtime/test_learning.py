@@ -47,7 +47,9 @@ def test_a3c_with_an_lstm_core_learns_cartpole_without_velocities(tmp_path):
              "run.eval_after=0", "seed=3", "stop.max_env_steps=60000"]
     lstm = mlxe.train(mlxe.load_config("configs/cartpole_novel_a3c_lstm.yaml", quiet)).summary
     assert lstm["stop_reason"] == "goal_episode_length" and lstm["best_length"] >= 300, lstm
-    mlp = mlxe.train(mlxe.load_config("configs/cartpole_novel_a3c_lstm.yaml", [*quiet, "model.core=none"])).summary
+    # the same A3C without the core, for as many env steps as the LSTM needed
+    same_steps = [*quiet, "model.core=none", f"stop.max_env_steps={lstm['env_steps']}"]
+    mlp = mlxe.train(mlxe.load_config("configs/cartpole_novel_a3c_lstm.yaml", same_steps)).summary
     assert mlp["stop_reason"] == "max_env_steps" and mlp["best_length"] < 200, mlp
 
 
