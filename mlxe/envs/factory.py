@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import warnings
 from typing import Any
 
 import gymnasium
@@ -166,12 +167,26 @@ def _make_registered(
             else "it is not in gymnasium.registry"
         )
         raise ConfigError(f"unknown environment '{env_id}': {hint}")
+    if "mujoco" in str(gymnasium.registry[env_id].entry_point):
+        _mujoco_warnings_once()
     try:
         return gymnasium.make(env_id, max_episode_steps=max_episode_steps, **ctor_kwargs)
     except TypeError as exc:
         raise ConfigError(
             f"invalid kwargs {sorted(ctor_kwargs)} for environment '{env_id}': {exc}"
         ) from exc
+
+
+@functools.cache
+def _mujoco_warnings_once() -> None:
+    """Route MuJoCo's warnings through Python's ``warnings``: its C library prints them to stderr at
+    every model compile (each environment an Executor or an evaluation builds), Python shows one
+    per process."""
+    try:
+        import mujoco
+    except ImportError:
+        return  # gymnasium.make names the missing extra
+    mujoco.set_mju_user_warning(lambda text: warnings.warn(f"MuJoCo: {text.strip()}", RuntimeWarning, stacklevel=2))
 
 
 def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:

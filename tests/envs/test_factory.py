@@ -210,3 +210,14 @@ def test_the_main_job_sets_its_cap_explicitly() -> None:
 
     assert load_config("configs/cartpole_a3c.yaml").env.max_episode_steps == 50_000
     assert CartPoleVec(2).max_episode_steps == 500  # the fast CartPole-v1 without a cap: the env's own
+
+
+def test_mujoco_warnings_are_python_warnings_not_lines_on_stderr(capfd):
+    # MuJoCo's C library prints its warnings (e.g. deprecated XML attributes) at every model
+    # compile, once per environment an Executor or an evaluation builds
+    mujoco = pytest.importorskip("mujoco")
+    make_env("HalfCheetah-v5").close()
+    make_env("HalfCheetah-v5").close()
+    assert "WARNING" not in capfd.readouterr().err
+    with pytest.warns(RuntimeWarning, match="^MuJoCo: a test$"):
+        mujoco.get_mju_user_warning()("a test\n")
