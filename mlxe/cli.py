@@ -167,8 +167,9 @@ def _serve_policy(args: argparse.Namespace) -> int:
             f"{'recurrent: POST /v1/sessions first' if spec['recurrent'] else 'feed-forward'}) at {service.url}"
         )
         print(f"its token: {service.service_file} (send 'Authorization: Bearer TOKEN'); Ctrl-C stops", flush=True)
-        service.serve_forever()
-    except KeyboardInterrupt:
+        service.serve_forever()  # until Ctrl-C or SIGTERM
+        print("stopped")
+    except KeyboardInterrupt:  # before serve_forever took the signals over
         print("stopped")
     finally:
         service.stop()

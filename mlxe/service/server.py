@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -133,9 +134,20 @@ class HttpService:
             json.dump({"url": self.url, "token": self.token}, f)
 
     def serve_forever(self) -> None:
-        """Block until the server stops (Ctrl-C in the main thread raises KeyboardInterrupt here)."""
-        while self._thread is not None and self._thread.is_alive():
-            self._thread.join(0.5)  # a timed join: signals reach the main thread between waits
+        """Block until the server stops, or, called in the main thread, until SIGINT (Ctrl-C) or SIGTERM.
+
+        The signals set a flag instead of raising KeyboardInterrupt: an exception raised inside
+        ``Thread.join`` can mark the server's thread stopped while it still runs (CPython before
+        3.13), and the process would then exit under it instead of stopping it."""
+        asked = threading.Event()
+        signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+        previous = {sig: signal.signal(sig, lambda *_: asked.set()) for sig in signals}
+        try:
+            while not asked.is_set() and self._thread is not None and self._thread.is_alive():
+                asked.wait(0.5)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def stop(self) -> None:
         """Stop serving, free the port and remove the service file (its token is void); safe to call twice."""

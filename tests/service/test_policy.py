@@ -277,7 +277,8 @@ def test_the_example_clients_play_against_the_service(client, which, request):
     assert result["episodes"] >= 6 and result["mean_return"] >= 8 and result["env_steps"] == 4 * result["requests"]
 
 
-def test_the_command_serves_until_interrupted(cartpole_run):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_command_serves_until_interrupted(cartpole_run, stop_signal):
     args = build_parser().parse_args(["serve-policy", str(cartpole_run), "--address", "127.0.0.1:0", "--last", "--sample"])
     assert (args.address, args.last, args.sample) == ("127.0.0.1:0", True, True)
     process = subprocess.Popen(
@@ -290,8 +291,8 @@ def test_the_command_serves_until_interrupted(cartpole_run):
         assert str(cartpole_run / "policy_service.json") in process.stdout.readline()
         info = json.loads((cartpole_run / "policy_service.json").read_text())
         assert first.rstrip().endswith(info["url"])
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=30) == 0 and process.stdout.read() == "stopped\n"
     finally:
         if process.poll() is None:
             process.kill()
