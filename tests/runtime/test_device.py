@@ -17,6 +17,9 @@ from tests.algos.test_device import tensors
 from tests.conftest import small_config
 
 CUDA = torch.cuda.is_available()
+# Catch (a 10x5 image) through a one-layer CNN
+CATCH_CNN = ["env.id=tests.envs.catch:Catch", "env.max_episode_steps=20", "model.encoder=cnn", "model.conv=[[16,3,1]]",
+             "model.trunk=[64]", "model.policy_head=[]", "model.value_head=[]"]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
@@ -85,3 +88,38 @@ def test_ppo_cuda_run_resumes_on_cpu_and_back_on_cuda(tmp_path):
     gpu = mlxe.train(overrides=["device=cuda", "stop.max_env_steps=3072"], resume=first.run_dir)
     assert gpu.summary["updates"] == 3 * updates
     assert np.isfinite([t.float().sum().item() for t in tensors(learner_state(first.run_dir))]).all()
+
+
+# Every algorithm and model family, a few updates each: the zoo entry (or Catch's images), one Executor thread.
+FAMILIES = {
+    "sac": ("configs/zoo/sac/Pendulum-v1.yaml", ["algo.learning_starts=200"]),
+    "td3": ("configs/zoo/td3/Pendulum-v1.yaml", ["algo.learning_starts=200"]),
+    "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", ["algo.learning_starts=200"]),
+    "dqn": ("configs/zoo/dqn/CartPole-v1.yaml", ["algo.learning_starts=200"]),
+    "trpo": ("configs/zoo/trpo/Pendulum-v1.yaml", ["rollout.steps=128"]),
+    "a2c": ("configs/zoo/a2c/CartPole-v1.yaml", []),
+    "pg": ("configs/zoo/pg/CartPole-v1.yaml", []),
+    "ppo-lstm": ("configs/zoo/ppo/CartPoleNoVel-v1.yaml", ["rollout.steps=16"]),
+    "ppo-cnn": ("configs/zoo/ppo/CartPole-v1.yaml", [*CATCH_CNN, "rollout.steps=32"]),
+    "dqn-cnn": ("configs/zoo/dqn/CartPole-v1.yaml", [*CATCH_CNN, "algo.learning_starts=200"]),
+}
+
+
+def family_config(tmp_path, family: str, *overrides: str):
+    """A run of ``family`` to 600 env steps in one Executor thread, no evaluation."""
+    path, own = FAMILIES[family]
+    quiet = [f"run.dir={tmp_path / 'runs'}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+             "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=null"]
+    return load_config(path, [*quiet, "arch=istb", "executors=1", "stop.max_env_steps=600", *own, *overrides])
+
+
+@needs_cuda
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_trains_on_cuda_and_resumes_on_cpu(tmp_path, family):
+    first = mlxe.train(family_config(tmp_path, family, "device=cuda"))
+    assert first.summary["updates"] > 0
+    state = learner_state(first.run_dir)
+    assert all(t.device.type == "cpu" for t in tensors(state))  # nothing of the GPU in the checkpoint
+    assert np.isfinite([t.float().sum().item() for t in tensors(state)]).all()
+    more = mlxe.train(overrides=["device=cpu", "stop.max_env_steps=1200"], resume=first.run_dir)
+    assert more.summary["updates"] > first.summary["updates"]
