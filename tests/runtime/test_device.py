@@ -15,11 +15,9 @@ from mlxe.config import ConfigError, load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 from tests.algos.test_device import tensors
 from tests.conftest import small_config
+from tests.runtime.test_images import CATCH, CNN
 
 CUDA = torch.cuda.is_available()
-# Catch (a 10x5 image) through a one-layer CNN
-CATCH_CNN = ["env.id=tests.envs.catch:Catch", "env.max_episode_steps=20", "model.encoder=cnn", "model.conv=[[16,3,1]]",
-             "model.trunk=[64]", "model.policy_head=[]", "model.value_head=[]"]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
@@ -28,13 +26,17 @@ def a3c_config(tmp_path, *overrides: str):
     return small_config(tmp_path, "stop.max_episodes=20", "stop.goal_episode_length=null", *overrides)
 
 
+def quiet(tmp_path) -> list[str]:
+    """No progress, TensorBoard, plot or final evaluation; runs under ``tmp_path``."""
+    return [f"run.dir={tmp_path / 'runs'}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+            "run.eval_after=0"]
+
+
 def ppo_config(tmp_path, *overrides: str):
     """A short PPO run: ISTB, 4 iterations of 2 x 4 environments x 32 steps, pinned hyper-parameters."""
-    quiet = [f"run.dir={tmp_path / 'runs'}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "start_method=fork"]
     pinned = ["arch=istb", "executors=2", "envs_per_executor=4", "rollout.steps=32", "algo.batch_size=64",
               "algo.epochs=2", "stop.eval_return=null", "stop.goal_episode_length=null", "stop.max_env_steps=1024"]
-    return load_config("configs/zoo/ppo/CartPole-v1.yaml", [*quiet, *pinned, *overrides])
+    return load_config("configs/zoo/ppo/CartPole-v1.yaml", [*quiet(tmp_path), "start_method=fork", *pinned, *overrides])
 
 
 def learner_state(run_dir) -> dict:
@@ -91,6 +93,7 @@ def test_ppo_cuda_run_resumes_on_cpu_and_back_on_cuda(tmp_path):
 
 
 # Every algorithm and model family, a few updates each: the zoo entry (or Catch's images), one Executor thread.
+CATCH_CNN = [f"env.id={CATCH}", "env.max_episode_steps=20", *CNN]
 FAMILIES = {
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", ["algo.learning_starts=200"]),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", ["algo.learning_starts=200"]),
@@ -108,9 +111,8 @@ FAMILIES = {
 def family_config(tmp_path, family: str, *overrides: str):
     """A run of ``family`` to 600 env steps in one Executor thread, no evaluation."""
     path, own = FAMILIES[family]
-    quiet = [f"run.dir={tmp_path / 'runs'}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "stop.eval_return=null", "stop.goal_episode_length=null"]
-    return load_config(path, [*quiet, "arch=istb", "executors=1", "stop.max_env_steps=600", *own, *overrides])
+    no_goal = ["stop.eval_return=null", "stop.goal_episode_length=null", "stop.max_env_steps=600"]
+    return load_config(path, [*quiet(tmp_path), *no_goal, "arch=istb", "executors=1", *own, *overrides])
 
 
 @needs_cuda
