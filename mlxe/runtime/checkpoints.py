@@ -181,7 +181,11 @@ class CheckpointDir:
         tmp = _write_temporary(self.last, state)
         previous = self._last_iteration
         if self.keep > 1 and previous is not None and previous != iteration and self.last.is_file():
-            os.replace(self.last, self._rotated(previous))
+            # a second name for it, so that last.pt exists at every instant (a kill between two renames
+            # would leave none)
+            rotated = self._rotated(previous)
+            rotated.unlink(missing_ok=True)  # one left by an earlier run of the same iterations
+            os.link(self.last, rotated)
         os.replace(tmp, self.last)
         _sync_dir(self.path)
         self._last_iteration = iteration

@@ -76,6 +76,26 @@ def test_rotation_keeps_the_newest_k_and_a_repeated_iteration_replaces_last_pt(t
     assert [p.name for p in only.history()] == ["last.pt"]
 
 
+def test_last_pt_exists_at_every_rename_of_a_rotation(tmp_path, monkeypatch):
+    """A kill at any instant of ``save_last`` finds a last.pt (and a rotation over an older run's file works)."""
+    import mlxe.runtime.checkpoints as checkpoints
+
+    folder = CheckpointDir(tmp_path, keep=3)
+    folder.save_last(state_of(10), 10)
+    save_checkpoint(tmp_path / "iter-00000020.pt", state_of(99))  # left by an earlier run of these iterations
+    real_replace, seen = checkpoints.os.replace, []
+
+    def replace(src, dst):
+        seen.append(folder.last.is_file())
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoints.os, "replace", replace)
+    for iteration in (20, 30):
+        folder.save_last(state_of(iteration), iteration)
+    assert seen and all(seen)
+    assert [load_checkpoint(p)["trainer"]["iteration"] for p in folder.history()] == [30, 20, 10]
+
+
 def test_resume_falls_back_to_the_newest_valid_checkpoint_and_sets_the_bad_ones_aside(tmp_path):
     folder = CheckpointDir(tmp_path, keep=3)
     for iteration in (10, 20, 30):
