@@ -14,7 +14,8 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> losses -> update.
   whatever the number of Executors (the update-to-data ratio). Each is a critic step (Adam,
   ``critic_lr``); every ``policy_delay`` of them an actor step (Adam, ``actor_lr``; its gradient
   flows through the critics without computing theirs) and the soft target updates
-  theta' <- tau theta + (1 - tau) theta'.
+  theta' <- tau theta + (1 - tau) theta'. On a GPU each step is captured once in a CUDA graph and
+  replayed (``cuda_graph``, :mod:`mlxe.algos.cuda_graph`).
 
 TD3 (:mod:`mlxe.algos.td3`) and SAC (:mod:`mlxe.algos.sac`) subclass it and change what they change:
 the number of critics, the target, the actor's loss and how it acts.
@@ -28,6 +29,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred
 from mlxe.config import AlgoConfig, ConfigError, check_positive
@@ -63,6 +65,7 @@ class OffPolicyConfig(AlgoConfig):
     tau: float = 0.005  # soft target update rate
     policy_delay: int = 1  # critic steps per actor step and target update
     l2_decay: float = 0.0  # the critics' weight decay
+    cuda_graph: bool = True  # on a GPU, replay each gradient step as a CUDA graph (no effect on the CPU)
 
     def check(self, cfg) -> None:
         super().check(cfg)
@@ -228,9 +231,10 @@ class DDPG(Algorithm):
         self.critic = QCritics(spec, self.critics).to(self.device)
         self.actor_target = self.target_copy(self.actor) if self.has_actor_target else None
         self.critic_target = self.target_copy(self.critic)
-        # fused: one kernel per step for all of a network's tensors
-        self.actor_optimizer = Deferred(lambda: torch.optim.Adam(self.actor.parameters(), lr=a.rate("actor"), fused=True))
-        self.critic_optimizer = Deferred(lambda: torch.optim.Adam(self.critic.parameters(), lr=a.rate("critic"), fused=True))
+        self.captured = a.cuda_graph and self.device.type == "cuda"
+        self.actor_optimizer = self.adam(self.actor.parameters, a.rate("actor"))
+        self.critic_optimizer = self.adam(self.critic.parameters, a.rate("critic"))
+        self.graph = CapturedStep(self.gradient_step, self.device) if self.captured else None
         self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
         self.rng = np.random.default_rng(seed)
         self.target_params = self.online_params = None  # what soft_update moves, listed on first use
@@ -241,6 +245,13 @@ class DDPG(Algorithm):
     @staticmethod
     def target_copy(model):
         return copy.deepcopy(model).requires_grad_(False)
+
+    def adam(self, params, lr: float) -> Deferred:
+        """Adam over ``params()``, fused (one kernel a step for all of a network's tensors) and, when
+        the step is captured in a CUDA graph, capturable (its step counts kept on the device)."""
+        import torch
+
+        return Deferred(lambda: torch.optim.Adam(params(), lr=lr, fused=True, capturable=self.captured))
 
     # -- targets ------------------------------------------------------------------------------------
     def observe(self, segment: Segment) -> None:
@@ -280,21 +291,40 @@ class DDPG(Algorithm):
             return {}
         critic_stats, actor_stats = [], []
         for _ in range(steps):
-            batch = self.sample()
-            loss, q = self.critic_loss(batch)
-            self.step(self.critic_optimizer, loss)
-            critic_stats.append(torch.stack([loss.detach(), q]))
             self.updates += 1
-            if self.updates % self.algo.policy_delay == 0:
-                loss, extra = self.actor_loss(batch)
-                self.step(self.actor_optimizer, loss)
-                actor_stats.append(torch.stack([loss.detach(), *extra.values()]))
-                self.soft_update()
+            actor_turn = self.updates % self.algo.policy_delay == 0
+            batch, _ = self.replay.sample(self.algo.batch_size, self.rng)
+            if self.graph is not None:
+                stats = self.graph(batch, actor_turn)
+            else:
+                stats = self.gradient_step({k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, actor_turn)
+            critic_stats.append(stats[:2])
+            if actor_turn:
+                actor_stats.append(stats[2:])
         info = dict(zip(("critic_loss", "q"), torch.stack(critic_stats).mean(0).tolist()))
         if actor_stats:  # one device read for the whole call
             names = ("actor_loss", *self.actor_stat_names())
             info |= dict(zip(names, torch.stack(actor_stats).mean(0).tolist()))
         return info | {"lr": self.algo.rate("critic"), "replay": len(self.replay)}
+
+    def gradient_step(self, batch: dict, actor_turn: bool):
+        """One critic step on a replay batch ({field: tensor [B, ...]} on the device, actions as the
+        environment takes them) and, on an actor turn, the actor's step and the soft target
+        updates. Returns the step's statistics in one tensor, [critic_loss, q] then on an actor turn
+        [actor_loss, *actor stats]: nothing is read back to Python, so a whole update costs one
+        device read and the step can be captured in a CUDA graph."""
+        import torch
+
+        batch = batch | {"action": (batch["action"] - self.center) / self.scale}  # to [-1, 1]^A
+        loss, q = self.critic_loss(batch)
+        self.step(self.critic_optimizer, loss)
+        stats = [loss.detach(), q]
+        if actor_turn:
+            loss, extra = self.actor_loss(batch)
+            self.step(self.actor_optimizer, loss)
+            stats += [loss.detach(), *extra.values()]
+            self.soft_update()
+        return torch.stack(stats)
 
     def actor_stat_names(self) -> tuple[str, ...]:
         """Names of the extra values :meth:`actor_loss` returns (SAC: the temperature and entropy)."""
@@ -312,15 +342,6 @@ class DDPG(Algorithm):
         if self.algo.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
         optimizer.step()
-
-    def sample(self) -> dict:
-        """A training batch on the device; actions normalized to [-1, 1]^A."""
-        import torch
-
-        batch, _ = self.replay.sample(self.algo.batch_size, self.rng)
-        batch = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
-        batch["action"] = (batch["action"] - self.center) / self.scale
-        return batch
 
     def soft_update(self) -> None:
         """theta' <- tau theta + (1 - tau) theta' for every target network."""
@@ -365,6 +386,8 @@ class DDPG(Algorithm):
         self.replay.load_state_dict(state["replay"])
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
+        if self.graph is not None:  # the optimizers' state tensors were replaced: capture anew
+            self.graph = CapturedStep(self.gradient_step, self.device)
 
 
 Algorithm = DDPG

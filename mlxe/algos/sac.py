@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.algos import ddpg
-from mlxe.algos.optim import Deferred
 from mlxe.config import ConfigError, check_positive
 from mlxe.core import State
 from mlxe.models.actor_critic import NetSpec
@@ -93,14 +92,14 @@ class SAC(ddpg.DDPG):
         a = self.algo
         self.target_entropy = -float(spec.n_actions) if a.target_entropy is None else a.target_entropy
         self.log_alpha = torch.tensor(math.log(a.ent_coef_init), device=self.device, requires_grad=True)
-        self.alpha_optimizer = Deferred(lambda: torch.optim.Adam([self.log_alpha], lr=a.lr, fused=True))
+        self.alpha_optimizer = self.adam(lambda: [self.log_alpha], a.lr)
+        # made here, not in the step: a CUDA graph cannot copy a Python number to the device
+        self.fixed_alpha = None if a.ent_coef is None else torch.tensor(a.ent_coef, device=self.device)
 
     def alpha(self):
         """The temperature (a tensor, no gradient)."""
-        import torch
-
-        if self.algo.ent_coef is not None:
-            return torch.tensor(self.algo.ent_coef, device=self.device)
+        if self.fixed_alpha is not None:
+            return self.fixed_alpha
         return self.log_alpha.detach().exp()
 
     def sample_action(self, obs):

@@ -18,6 +18,7 @@ from mlxe.algos.device import resolve_device
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.checkpoints import _to_torch
+from tests.algos import test_ddpg as ddpg_tests
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -194,6 +195,56 @@ def test_a3c_learner_trains_on_cuda_with_noisy_layers():
         learner.step(batch)
     assert a3c_step(learner, batch)["value_loss"] < first
     assert learner.weights().dtype == np.float32
+
+
+def off_policy_learner(algo: str, *overrides: str, seed: int = 0):
+    """DDPG, TD3 or SAC on cuda learning from the first env step, in batches of 32."""
+    return ddpg_tests.learner(algo, "device=cuda", "algo.learning_starts=0", "algo.batch_size=32", *overrides, seed=seed)
+
+
+def off_policy_run(learner, segments: int = 2, start: int = 0) -> list[dict]:
+    """``segments`` updates of 40 gradient steps each, from the same replay batches and torch draws."""
+    learner.rng = np.random.default_rng(start)
+    torch.manual_seed(start)
+    infos = []
+    for i in range(start, start + segments):
+        learner.observe(ddpg_tests.segment(40, start=40.0 * i, seed=i))
+        infos.append(learner.update(0.0))
+    return infos
+
+
+def assert_same_learners(a, b) -> None:
+    for x, y in zip([*a.actor.parameters(), *a.critic.parameters()], [*b.actor.parameters(), *b.critic.parameters()]):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_cuda_graph_steps_match_eager_steps(algo):
+    """80 steps: each variant's warm-up, its capture, then replays (TD3: critic-only and actor turns)."""
+    smooth = ["algo.target_noise=0"] if algo == "td3" else []  # otherwise draws only in the target
+    graphed = off_policy_learner(algo, *smooth)
+    eager = off_policy_learner(algo, *smooth, "algo.cuda_graph=false")
+    assert graphed.graph is not None and eager.graph is None
+    for a, b in zip(off_policy_run(graphed), off_policy_run(eager)):
+        assert_close_infos(a, b)
+    assert graphed.graph.graphs.keys() == ({False, True} if algo == "td3" else {True})
+    assert_same_learners(graphed, eager)
+
+
+@needs_cuda
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_cuda_graph_learner_resumed_from_a_checkpoint_continues_the_same_run(algo):
+    """A loaded state replaces the optimizers' tensors: the resumed Learner captures anew and goes on
+    exactly as the one it came from."""
+    smooth = ["algo.target_noise=0"] if algo == "td3" else []
+    first = off_policy_learner(algo, *smooth)
+    off_policy_run(first)
+    resumed = off_policy_learner(algo, *smooth, seed=1)
+    resumed.load_state_dict(roundtrip(first.state_dict()))
+    for a, b in zip(off_policy_run(first, start=2), off_policy_run(resumed, start=2)):
+        assert_close_infos(a, b)
+    assert_same_learners(first, resumed)
 
 
 @needs_cuda
