@@ -320,7 +320,7 @@ class Trainer:
             "executors": self.cfg.num_executors(),
             "seed": self.cfg.seed,
             "stop_reason": reason,
-            "goal_reached": self.goal_reached,
+            "goal_reached": self.goal_reached or reason == "eval_return",  # either goal of ``stop``
             "iterations": self.iteration,
             "episodes": self.episodes,
             "env_steps": self.env_steps,

@@ -65,6 +65,13 @@ def test_best_pt_follows_the_best_evaluation(tmp_path):
     assert best["trainer"]["iteration"] == s["best"]["iteration"]
 
 
+def test_the_summary_counts_the_evaluation_goal_as_reached(tmp_path):
+    result = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "run.eval_after=0", "stop.eval_every=1", "stop.eval_return=9",
+        "stop.max_env_steps=2560", "stop.eval_episodes=2"]))
+    assert result.summary["stop_reason"] == "eval_return" and result.summary["goal_reached"], result.summary
+
+
 def test_eval_reads_best_pt_unless_asked_for_last(tmp_path, capsys):
     from mlxe.cli import main
 
