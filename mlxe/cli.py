@@ -152,12 +152,16 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _serve_policy(args: argparse.Namespace) -> int:
+    import signal
+
     from mlxe.config import ConfigError
 
     try:
         from mlxe.service.policy import PolicyService
     except ImportError as e:
         raise ConfigError(f"serve-policy needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
+    # SIGTERM stops as Ctrl-C does, also in the moment before serve_forever takes the signals over
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     service = PolicyService(args.run_dir, args.address, last=args.last, greedy=not args.sample)
     service.start()
     spec = service.spec
@@ -169,7 +173,7 @@ def _serve_policy(args: argparse.Namespace) -> int:
         print(f"its token: {service.service_file} (send 'Authorization: Bearer TOKEN'); Ctrl-C stops", flush=True)
         service.serve_forever()  # until Ctrl-C or SIGTERM
         print("stopped")
-    except KeyboardInterrupt:  # before serve_forever took the signals over
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before serve_forever took the signals over
         print("stopped")
     finally:
         service.stop()
