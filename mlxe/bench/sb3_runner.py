@@ -10,6 +10,7 @@ anything MLxE needs, and prints one JSON object on its last line. An Atari id us
   replacing one of them, the value read as YAML); every ``--eval-every`` env
   steps play ``--eval-episodes`` deterministic episodes and stop once their mean return reaches
   ``--threshold``. The wall time reported excludes the evaluations (as MLxE's ``train_s`` does).
+  Each evaluation also writes a ``progress:`` line to stderr, which the benchmark shows as it comes.
 * ``throughput``: train ``--steps`` env steps with no evaluation; env steps per second of ``learn``.
 * ``startup``: import, build the model and take one env step; the seconds from the process's
   start to then (from Linux's /proc, as MLxE's ``startup_s``).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -137,15 +139,18 @@ def solve(args: argparse.Namespace) -> dict:
                 eval_env.obs_rms = model.get_vec_normalize_env().obs_rms
             mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
             self.eval_s += time.perf_counter() - started
+            train_s = time.perf_counter() - learn_started - self.eval_s
+            print(f"progress: seed {args.seed}: {self.num_timesteps} steps, greedy mean {mean:.1f} "
+                  f"({train_s:.2f} s of training)", file=sys.stderr, flush=True)
             if mean >= args.threshold:
                 self.result = (self.num_timesteps, float(mean))
                 return False
             return True
 
     callback = Solve()
-    started = time.perf_counter()
+    learn_started = time.perf_counter()
     model.learn(total_timesteps=args.max_steps, callback=callback)
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - learn_started
     steps, mean = callback.result if callback.result else (model.num_timesteps, float("nan"))
     return {
         "goal_reached": callback.result is not None,

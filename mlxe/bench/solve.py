@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -34,11 +36,20 @@ SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
 
 
 def sb3(python: str, task: str, *args: str) -> dict:
-    """Run the Stable-Baselines3 runner in ``python``; its JSON result."""
-    proc = subprocess.run([python, str(SB3_RUNNER), task, *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"Stable-Baselines3 runner failed ({python}):\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Run the Stable-Baselines3 runner in ``python``; its JSON result. Its ``progress:`` lines (one
+    per evaluation) are printed as they come, so a long run shows where it is."""
+    tail: deque[str] = deque(maxlen=40)
+    with tempfile.TemporaryFile("w+") as stdout:
+        proc = subprocess.Popen([python, str(SB3_RUNNER), task, *args], stdout=stdout, stderr=subprocess.PIPE,
+                                text=True)
+        for line in proc.stderr:
+            tail.append(line)
+            if line.startswith("progress: "):
+                print(f"  SB3 {line.removeprefix('progress: ').rstrip()}", flush=True)
+        if proc.wait() != 0:
+            raise RuntimeError(f"Stable-Baselines3 runner failed ({python}):\n{''.join(tail)[-2000:]}")
+        stdout.seek(0)
+        return json.loads(stdout.read().strip().splitlines()[-1])
 
 
 def startup_seconds(command: list[str], runs: Path | None = None) -> float:

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from mlxe.bench.solve import bench_solve
+from mlxe.bench.solve import bench_solve, sb3
 from mlxe.bench.throughput import acting_only, bench_throughput
 
 SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "algo.batch_size=64",
          "algo.epochs=2", "stop.eval_every=2"]
 
 
-def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake_sb3):
+def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake_sb3, capsys):
     python, log = fake_sb3
     path = bench_solve("CartPole-v1", "ppo", seeds=2, sb3_python=str(python), overrides=SMALL,
                        sb3_hp=["n_epochs=5", "learning_rate=lin_3e-3"], out_dir=tmp_path / "out", max_steps=640)
@@ -27,6 +27,20 @@ def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake
     assert [r["env_steps"] for r in results["mlxe"]] == [640, 640]
     assert all(r["train_s"] > 0 and r["eval_s"] > 0 for r in results["mlxe"])
     assert results["startup_s"]["mlxe"] > 0
+    # SB3's evaluations are shown as they come, each seed's before its result line
+    out = capsys.readouterr().out
+    assert out.count("  SB3 seed 0: 500 steps, greedy mean 90.0 (2.00 s of training)") == 2
+    assert out.index("  SB3 seed 0: 500 steps") < out.index("seed 0: MLxE 640 steps")
+
+
+
+def test_a_failing_sb3_runner_is_an_error_with_its_last_words(tmp_path):
+    script = tmp_path / "broken-python"
+    script.write_text("#!/bin/sh\necho 'progress: seed 0: 10 steps, greedy mean 1.0 (0.10 s of training)' >&2\n"
+                      "echo 'ModuleNotFoundError: No module named rl_zoo3' >&2\nexit 1\n")
+    script.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"(?s)runner failed .*No module named rl_zoo3"):
+        sb3(str(script), "solve", "--env=CartPole-v1")
 
 
 def test_solve_needs_a_config_and_a_goal(tmp_path):
