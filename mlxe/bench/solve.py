@@ -39,13 +39,19 @@ def sb3(python: str, task: str, *args: str) -> dict:
     """Run the Stable-Baselines3 runner in ``python``; its JSON result. Its ``progress:`` lines (one
     per evaluation) are printed as they come, so a long run shows where it is."""
     tail: deque[str] = deque(maxlen=40)
-    with tempfile.TemporaryFile("w+") as stdout:
-        proc = subprocess.Popen([python, str(SB3_RUNNER), task, *args], stdout=stdout, stderr=subprocess.PIPE,
-                                text=True)
-        for line in proc.stderr:
-            tail.append(line)
-            if line.startswith("progress: "):
-                print(f"  SB3 {line.removeprefix('progress: ').rstrip()}", flush=True)
+    command = [python, str(SB3_RUNNER), task, *args]
+    with (
+        tempfile.TemporaryFile("w+") as stdout,
+        subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True) as proc,
+    ):
+        try:
+            for line in proc.stderr:
+                tail.append(line)
+                if line.startswith("progress: "):
+                    print(f"  SB3 {line.removeprefix('progress: ').rstrip()}", flush=True)
+        except BaseException:  # Ctrl-C or a broken pipe: the peer must not outlive the benchmark
+            proc.kill()
+            raise
         if proc.wait() != 0:
             raise RuntimeError(f"Stable-Baselines3 runner failed ({python}):\n{''.join(tail)[-2000:]}")
         stdout.seek(0)

@@ -1,6 +1,7 @@
 """``mlxe bench solve`` and ``mlxe bench throughput`` (Stable-Baselines3 stood in for by a stub)."""
 
 import json
+import os
 
 import pytest
 
@@ -41,6 +42,24 @@ def test_a_failing_sb3_runner_is_an_error_with_its_last_words(tmp_path):
     script.chmod(0o755)
     with pytest.raises(RuntimeError, match=r"(?s)runner failed .*No module named rl_zoo3"):
         sb3(str(script), "solve", "--env=CartPole-v1")
+
+
+
+@pytest.mark.timeout(30)  # a runner left alive would hold the benchmark for its 600 s
+def test_an_interrupted_benchmark_stops_its_sb3_runner(tmp_path, monkeypatch):
+    pid_file, script = tmp_path / "pid", tmp_path / "slow-python"
+    script.write_text(f"#!/bin/sh\necho $$ > {pid_file}\n"
+                      "echo 'progress: seed 0: 10 steps, greedy mean 1.0 (0.10 s of training)' >&2\nexec sleep 600\n")
+    script.chmod(0o755)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("mlxe.bench.solve.print", ctrl_c, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        sb3(str(script), "solve")
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left sleeping
+        os.kill(int(pid_file.read_text()), 0)
 
 
 def test_solve_needs_a_config_and_a_goal(tmp_path):
