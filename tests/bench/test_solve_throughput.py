@@ -34,7 +34,6 @@ def test_solve_reports_both_sides_at_the_same_evaluation_interval(tmp_path, fake
     assert out.index("  SB3 seed 0: 500 steps") < out.index("seed 0: MLxE 640 steps")
 
 
-
 def test_a_failing_sb3_runner_is_an_error_with_its_last_words(tmp_path):
     script = tmp_path / "broken-python"
     script.write_text("#!/bin/sh\necho 'progress: seed 0: 10 steps, greedy mean 1.0 (0.10 s of training)' >&2\n"
@@ -44,8 +43,7 @@ def test_a_failing_sb3_runner_is_an_error_with_its_last_words(tmp_path):
         sb3(str(script), "solve", "--env=CartPole-v1")
 
 
-
-@pytest.mark.timeout(30)  # a runner left alive would hold the benchmark for its 600 s
+@pytest.mark.timeout(30)  # never wait out the stand-in's 600 s sleep
 def test_an_interrupted_benchmark_stops_its_sb3_runner(tmp_path, monkeypatch):
     pid_file, script = tmp_path / "pid", tmp_path / "slow-python"
     script.write_text(f"#!/bin/sh\necho $$ > {pid_file}\n"
