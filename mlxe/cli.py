@@ -242,6 +242,13 @@ def _bench(args: argparse.Namespace) -> int:
             args.config, workers=args.workers, envs=args.envs, steps=args.steps, batch_size=args.batch_size,
             epochs=args.epochs, rounds=args.rounds, engine=args.engine, overrides=args.overrides, out_dir=args.out,
         )
+    elif args.bench == "steps":
+        from mlxe.bench.steps import CONFIGS, bench_steps
+
+        out = bench_steps(
+            args.configs.split(",") if args.configs else CONFIGS, device=args.device, seconds=args.seconds, warmup_steps=args.warmup_steps,
+            rounds=args.rounds, overrides=args.overrides, out_dir=args.out,
+        )
     elif args.bench == "remote":
         from mlxe.bench.remote import bench_remote
 
@@ -400,6 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--epochs", type=int, default=4, help="passes over the batch (algo.epochs)")
     b.add_argument("--rounds", type=int, default=3, help="timed updates per variant, in turns")
     b.add_argument("--engine", choices=["gloo", "ray"], default="gloo", help="where the workers run")
+    b = bench_parser("steps", "gradient steps/s of the replay Learners (DQN, DDPG, TD3, SAC): eager vs CUDA graph", None)
+    b.add_argument("--configs", default=None,
+                   help="comma-separated configs (default: the sac and td3 HalfCheetah-v5 and dqn LunarLander-v3 zoo entries)")
+    b.add_argument("--device", default="cuda", help="where the Learners train (cpu: the eager step alone)")
+    b.add_argument("--seconds", type=float, default=10.0, help="timed updates of each variant")
+    b.add_argument("--warmup-steps", type=int, default=200, help="gradient steps before the timing (the capture)")
+    b.add_argument("--rounds", type=int, default=1, help="repeat the variants in turn (median rates)")
     b = bench_parser(
         "remote", "serve-policy: env steps/s of a CartPole client batching 64 envs per request, and latency",
         "configs/zoo/ppo/CartPole-v1.yaml",

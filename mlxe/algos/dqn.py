@@ -16,7 +16,8 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
   (double) or argmax_a Q_target(s', a); weighted by importance weights with prioritized replay.
 * Update: ``updates_per_step`` gradient steps (Adam) per env step observed, once
   ``learning_starts`` env steps are in, whatever the number of Executors (the update-to-data
-  ratio); every ``target_period`` steps target <- tau online + (1 - tau) target.
+  ratio); every ``target_period`` steps target <- tau online + (1 - tau) target. On a GPU each
+  step is captured once in a CUDA graph and replayed (``cuda_graph``, :mod:`mlxe.algos.cuda_graph`).
 
 Dueling: the actor-critic MLP's policy head is the advantage stream A(s, .) and its value head
 V(s): Q = V + A - mean_a A. Without it Q is the policy head's output (the value head is unused).
@@ -30,6 +31,7 @@ from typing import Literal
 import numpy as np
 
 from mlxe.algos.a2c import sample_categorical
+from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred
 from mlxe.config import AlgoConfig, ConfigError, check_positive
@@ -61,6 +63,7 @@ class Config(AlgoConfig):
     prioritized: bool = False  # proportional prioritized replay
     priority_alpha: float = 0.6
     priority_beta: float = 0.4  # importance-weight exponent, annealed linearly to 1 over the step budget
+    cuda_graph: bool = True  # on a GPU, replay each gradient step as a CUDA graph (no effect on the CPU)
 
     def check(self, cfg) -> None:
         super().check(cfg)
@@ -185,8 +188,13 @@ class DQN(Algorithm):
         self.target = build_torch(spec).to(self.device)
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = Deferred(lambda: torch.optim.Adam(self.main.parameters(), lr=self.algo.lr, fused=True))
         a = self.algo
+        captured = a.cuda_graph and self.device.type == "cuda"
+        # capturable: Adam's step counts stay on the device, as a captured step needs
+        self.optimizer = Deferred(
+            lambda: torch.optim.Adam(self.main.parameters(), lr=a.lr, fused=True, capturable=captured)
+        )
+        self.graph = CapturedStep(self.gradient_step, self.device) if captured else None
         self.replay = TransitionReplay(
             spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step,
             a.priority_alpha if a.prioritized else None,
@@ -238,32 +246,38 @@ class DQN(Algorithm):
             return {}
         stats = []
         beta = self.algo.priority_beta + progress * (1.0 - self.algo.priority_beta)
-        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
         for _ in range(steps):
-            batch, rows = self.sample(beta)
-            loss, td, q = self.loss(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
-            self.optimizer.step()
             self.updates += 1
+            target_turn = self.updates % self.algo.target_period == 0
+            batch, rows = self.replay.sample(self.algo.batch_size, self.rng, beta)
+            if self.graph is not None:
+                out = self.graph(batch, target_turn)
+            else:
+                out = self.gradient_step({k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, target_turn)
             if self.replay.priorities is not None:
-                self.replay.update_priorities(rows, td.cpu().numpy())
-            if self.updates % self.algo.target_period == 0:
-                self.update_target()
-            stats.append(torch.stack([loss.detach(), q, grad_norm]))
+                self.replay.update_priorities(rows, out[3:].cpu().numpy())
+            stats.append(out[:3])
         loss, q, grad_norm = torch.stack(stats).mean(0).tolist()  # one device read for the whole call
         return {
             "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr,
             "epsilon": epsilon(self.algo, self.replay.env_steps), "replay": len(self.replay),
         }
 
-    def sample(self, beta: float) -> tuple[dict, np.ndarray]:
-        """A training batch on the device (with ``weight`` under prioritized replay), and its rows."""
+    def gradient_step(self, batch: dict, target_turn: bool):
+        """One Adam step on a replay batch ({field: tensor [B, ...]} on the device) and, on a target
+        turn, the target update. Returns [loss, mean Q(s, a), gradient norm, TD errors [B]...] in one
+        tensor: nothing is read back to Python, so the step can be captured in a CUDA graph."""
         import torch
 
-        batch, rows = self.replay.sample(self.algo.batch_size, self.rng, beta)
-        return {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, rows
+        loss, td, q = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
+        self.optimizer.step()
+        if target_turn:
+            self.update_target()
+        return torch.cat([torch.stack([loss.detach(), q, grad_norm]), td])
 
     def update_target(self) -> None:
         import torch
@@ -293,6 +307,8 @@ class DQN(Algorithm):
         self.replay.load_state_dict(state["replay"])
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
+        if self.graph is not None:  # the optimizer's state tensors were replaced: capture anew
+            self.graph = CapturedStep(self.gradient_step, self.device)
 
 
 Algorithm = DQN

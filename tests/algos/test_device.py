@@ -15,10 +15,12 @@ from mlxe.algos import algorithm
 from mlxe.algos.a3c import A3C, LOSS_STATS
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.device import resolve_device
+from mlxe.algos.dqn import DQN
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.checkpoints import _to_torch
 from tests.algos import test_ddpg as ddpg_tests
+from tests.algos import test_dqn as dqn_tests
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -202,13 +204,21 @@ def off_policy_learner(algo: str, *overrides: str, seed: int = 0):
     return ddpg_tests.learner(algo, "device=cuda", "algo.learning_starts=0", "algo.batch_size=32", *overrides, seed=seed)
 
 
-def off_policy_run(learner, segments: int = 2, start: int = 0) -> list[dict]:
+def dqn_learner(*overrides: str, seed: int = 0):
+    """DQN (CartPole's zoo entry) on cuda learning from the first env step, one step per env step in
+    batches of 32, the target copied every 8 steps."""
+    cfg = dqn_tests.cfg("device=cuda", "algo.learning_starts=0", "algo.updates_per_step=1", "algo.batch_size=32",
+                        "algo.target_period=8", *overrides)
+    return DQN(cfg, dqn_tests.SPEC, seed)
+
+
+def off_policy_run(learner, segments: int = 2, start: int = 0, segment=ddpg_tests.segment) -> list[dict]:
     """``segments`` updates of 40 gradient steps each, from the same replay batches and torch draws."""
     learner.rng = np.random.default_rng(start)
     torch.manual_seed(start)
     infos = []
     for i in range(start, start + segments):
-        learner.observe(ddpg_tests.segment(40, start=40.0 * i, seed=i))
+        learner.observe(segment(40, start=40.0 * i, seed=i))
         infos.append(learner.update(0.0))
     return infos
 
@@ -246,6 +256,40 @@ def test_cuda_graph_learner_resumed_from_a_checkpoint_continues_the_same_run(alg
     for a, b in zip(off_policy_run(first, start=2), off_policy_run(resumed, start=2)):
         assert_close_infos(a, b)
     assert_same_learners(first, resumed)
+
+
+def assert_same_q_networks(a, b) -> None:
+    for x, y in zip([*a.main.parameters(), *a.target.parameters()], [*b.main.parameters(), *b.target.parameters()]):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_dqn_cuda_graph_steps_match_eager_steps(prioritized):
+    """80 steps: both variants (with and without the target copy) warmed up, captured and replayed;
+    under prioritized replay the TD errors that set the priorities come out of the graph."""
+    overrides = [f"algo.prioritized={prioritized}"]
+    graphed, eager = dqn_learner(*overrides), dqn_learner(*overrides, "algo.cuda_graph=false")
+    assert graphed.graph is not None and eager.graph is None
+    for a, b in zip(off_policy_run(graphed, segment=dqn_tests.segment), off_policy_run(eager, segment=dqn_tests.segment)):
+        assert_close_infos(a, b)
+    assert graphed.graph.graphs.keys() == {False, True}
+    assert_same_q_networks(graphed, eager)
+    if prioritized:
+        np.testing.assert_allclose(graphed.replay.priorities.scaled, eager.replay.priorities.scaled, rtol=1e-4)
+
+
+@needs_cuda
+def test_dqn_cuda_graph_learner_resumed_from_a_checkpoint_continues_the_same_run():
+    first = dqn_learner()
+    off_policy_run(first, segment=dqn_tests.segment)
+    resumed = dqn_learner(seed=1)
+    off_policy_run(resumed, start=5, segment=dqn_tests.segment)  # graphs captured before the load
+    resumed.load_state_dict(roundtrip(first.state_dict()))
+    for a, b in zip(off_policy_run(first, start=2, segment=dqn_tests.segment),
+                    off_policy_run(resumed, start=2, segment=dqn_tests.segment)):
+        assert_close_infos(a, b)
+    assert_same_q_networks(first, resumed)
 
 
 @needs_cuda
