@@ -245,10 +245,9 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.bench == "steps":
         from mlxe.bench.steps import CONFIGS, bench_steps
 
-        out = bench_steps(
-            args.configs.split(",") if args.configs else CONFIGS, device=args.device, seconds=args.seconds, warmup_steps=args.warmup_steps,
-            rounds=args.rounds, overrides=args.overrides, out_dir=args.out,
-        )
+        configs = args.config.split(",") if args.config else CONFIGS
+        out = bench_steps(configs, device=args.device, seconds=args.seconds, warmup_steps=args.warmup_steps,
+                          rounds=args.rounds, overrides=args.overrides, out_dir=args.out)
     elif args.bench == "remote":
         from mlxe.bench.remote import bench_remote
 
@@ -335,12 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = p.add_subparsers(dest="bench", required=True)
 
     def bench_parser(
-        name: str, help: str, config: str | None = "configs/cartpole_a3c.yaml", positionals: dict | None = None
+        name: str, help: str, config: str | None = "configs/cartpole_a3c.yaml", positionals: dict | None = None,
+        config_help: str | None = None,
     ) -> argparse.ArgumentParser:
         b = bench.add_parser(name, help=help)
         for arg, arg_help in (positionals or {}).items():
             b.add_argument(arg, help=arg_help)
-        b.add_argument("--config", default=config)
+        b.add_argument("--config", default=config, help=config_help)
         b.add_argument("--out", default=None, help=f"output directory (default runs/bench-{name}-<time>)")
         b.add_argument("overrides", nargs="*", default=[], help="key=value overrides applied to every run")
         b.set_defaults(func=_bench)
@@ -407,10 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--epochs", type=int, default=4, help="passes over the batch (algo.epochs)")
     b.add_argument("--rounds", type=int, default=3, help="timed updates per variant, in turns")
     b.add_argument("--engine", choices=["gloo", "ray"], default="gloo", help="where the workers run")
-    b = bench_parser("steps", "gradient steps/s of the replay Learners (DQN, DDPG, TD3, SAC): eager vs CUDA graph", None)
-    b.add_argument("--configs", default=None,
-                   help="comma-separated configs (default: the sac and td3 HalfCheetah-v5 and dqn LunarLander-v3 zoo entries)")
-    b.add_argument("--device", default="cuda", help="where the Learners train (cpu: the eager step alone)")
+    b = bench_parser(
+        "steps", "gradient steps/s of the replay Learners (DQN, DDPG, TD3, SAC): eager vs CUDA graph", None,
+        config_help="comma-separated configs (default: the sac and td3 HalfCheetah-v5 and dqn LunarLander-v3 zoo entries)",
+    )
+    b.add_argument("--device", default="auto", help="where the Learners train (auto: cuda where torch sees one; cpu: the eager step alone)")
     b.add_argument("--seconds", type=float, default=10.0, help="timed updates of each variant")
     b.add_argument("--warmup-steps", type=int, default=200, help="gradient steps before the timing (the capture)")
     b.add_argument("--rounds", type=int, default=1, help="repeat the variants in turn (median rates)")

@@ -83,15 +83,15 @@ def gradient_steps_per_second(cfg, spec, seconds: float, warmup_steps: int) -> f
 
 def bench_steps(
     configs: list[str] | tuple[str, ...] = CONFIGS,
-    device: str = "cuda",
+    device: str = "auto",
     seconds: float = 10.0,
     warmup_steps: int = 200,
     rounds: int = 1,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
 ) -> Path:
-    """Gradient steps/s of each config's Learner on ``device``: eager, and with ``device`` a GPU
-    also as a CUDA graph. Returns the path of the markdown report."""
+    """Gradient steps/s of each config's Learner on ``device`` (auto: cuda where torch sees one):
+    eager, and on a GPU also as a CUDA graph. Returns the path of the markdown report."""
     from mlxe.algos.device import resolve_device
     from mlxe.config import ConfigError, load_config
     from mlxe.runtime.setup import problem_spec

@@ -53,7 +53,7 @@ def test_on_cuda_the_graph_is_timed_beside_the_eager_step(tmp_path):
 
 
 def test_its_command_line():
-    args = build_parser().parse_args(["bench", "steps", "--configs", "a.yaml,b.yaml", "--seconds", "5", "x=1"])
-    assert (args.configs, args.device, args.seconds, args.warmup_steps, args.rounds, args.overrides) == (
-        "a.yaml,b.yaml", "cuda", 5.0, 200, 1, ["x=1"]
+    args = build_parser().parse_args(["bench", "steps", "--config", "a.yaml,b.yaml", "--seconds", "5", "x=1"])
+    assert (args.config, args.device, args.seconds, args.warmup_steps, args.rounds, args.overrides) == (
+        "a.yaml,b.yaml", "auto", 5.0, 200, 1, ["x=1"]
     )
