@@ -12,14 +12,15 @@ stepped together), so the per-request cost (a few hundred microseconds of HTTP a
 by B env steps.
 
 Routes (every one needs ``Authorization: Bearer <token>``; JSON in and out; errors are
-``{"error": "<field>: <what is wrong>"}`` with 400, 401, 404 or 413):
+``{"error": "<field>: <what is wrong>"}`` with 400, 401, 404, 413 or 429):
 
 * ``GET /v1/spec``: observation shape and dtype, the action space, ``recurrent``, the run and checkpoint;
 * ``POST /v1/act`` ``{"observations": [[...]] * B, "session"?: id, "episode_start"?: [bool] * B}``
   -> ``{"actions": [...] * B}`` (ints for Discrete actions, lists of floats clipped to the bounds for Box);
 * ``POST /v1/sessions`` ``{"envs": B}`` -> ``{"session": id}``: the recurrent state of B environments,
   which a recurrent policy needs (``episode_start`` resets rows); ``DELETE /v1/sessions/{id}`` ends it,
-  and a session idle for 10 minutes expires.
+  and a session idle for 10 minutes expires. The open sessions hold at most 65,536 environments in
+  all (429 past that): each environment's state is memory the service keeps.
 
 Nothing is unpickled: the checkpoint is loaded with ``weights_only`` and bodies are parsed with
 ``json.loads``. The handlers are coroutines that act inline on the event loop: acting on a batch
@@ -39,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -52,9 +53,13 @@ DEFAULT_ADDRESS = "127.0.0.1:8766"
 MAX_OBSERVATIONS = 4096  # most observations (environments) one request or session may hold
 MAX_BODY_BYTES = 32 * 2**20  # a larger body is refused (413) before it is parsed
 MAX_SESSIONS = 1024  # sessions alive at once: each holds a recurrent state per environment
+MAX_SESSION_ENVS = 16 * MAX_OBSERVATIONS  # environments of all open sessions together: about 77 MB of state
+# for an LSTM core of 128 (1,024 sessions of 4,096 environments would be about 5 GB)
 SESSION_IDLE_S = 600.0  # a session unused this long (seconds) is forgotten
 KEEP_ALIVE_S = 60  # an idle connection is closed after this long (uvicorn's default, 5 s, is shorter than a
 # slow simulator's step: its client would find the connection closed at its next request)
+REQUEST_TIMEOUT_S = 30.0  # seconds a connection may take to send a whole request: a body of up to 32 MB
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # about 3.4e38: a value past it is inf once stored as float32
 
 
 class _BadRequest(ValueError):
@@ -149,24 +154,62 @@ async def _json_body(request: Request) -> dict:
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise _BadRequest(f"body: {declared} bytes; at most {MAX_BODY_BYTES} are accepted", 413)
     chunks, size = [], 0
-    async for chunk in request.stream():  # counted as it arrives: a chunked body has no length to check first
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _BadRequest(f"body: over {MAX_BODY_BYTES} bytes", 413)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():  # counted as it arrives: a chunked body has no length to check first
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _BadRequest(f"body: over {MAX_BODY_BYTES} bytes", 413)
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client left, or the server closed a body sent too slowly: nobody reads this
+        raise _BadRequest("body: the connection closed before the whole body arrived") from None
     try:
         body = json.loads(b"".join(chunks))
     except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
         raise _BadRequest(f"body: not valid JSON ({e})") from None
+    except RecursionError:  # json.loads recurses once per level of nesting
+        raise _BadRequest("body: JSON nested too deeply (no field needs more than a few levels)") from None
     if not isinstance(body, dict):
         raise _BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
     return body
 
 
+def _shown(value: object, limit: int = 100) -> str:
+    """``value`` as JSON for an error message, cut to ``limit`` characters: a body may hold megabytes,
+    or nesting deeper than json.dumps recurses."""
+    try:
+        text = json.dumps(value)
+    except RecursionError:
+        text = f"a nested {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _floats(value: object, name: str, expected: str) -> np.ndarray:
+    """``value`` (numbers in nested lists) as float64; a _BadRequest naming ``name`` and the ``expected`` shape."""
+    try:
+        return np.asarray(value, np.float64)
+    except OverflowError:  # a JSON integer past float64's range
+        raise _BadRequest(f"{name}: a number is beyond float range; expected finite numbers of shape {expected}") from None
+    except (ValueError, TypeError):  # ragged lists, strings, nulls, objects, nesting past 64 dimensions
+        raise _BadRequest(f"{name}: expected numbers in nested lists of shape {expected}") from None
+
+
+def _float32(values: np.ndarray, name: str, where: str = "") -> np.ndarray:
+    """``values`` as float32; a _BadRequest naming ``name``, the first value that is NaN, infinite or
+    beyond float32's range (which float32 would turn into inf) and its index, then ``where``."""
+    bad = ~(np.abs(values) <= FLOAT32_MAX)  # NaN compares False
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise _BadRequest(
+            f"{name}: every value must be a finite number within float32's range (magnitude at most "
+            f"{FLOAT32_MAX:.7g}); got {float(values[index])!r} at {list(index)}{where}"
+        )
+    return values.astype(np.float32)
+
+
 def _count(value: object, name: str) -> int:
     """A count of environments from 1 to MAX_OBSERVATIONS (JSON true is not a count)."""
     if type(value) is not int or not 1 <= value <= MAX_OBSERVATIONS:
-        raise _BadRequest(f"{name}: expected an integer from 1 to {MAX_OBSERVATIONS}, got {json.dumps(value)}")
+        raise _BadRequest(f"{name}: expected an integer from 1 to {MAX_OBSERVATIONS}, got {_shown(value)}")
     return value
 
 
@@ -199,14 +242,10 @@ def make_policy_app(run_dir: Path, token: str, last: bool = False, greedy: bool 
             raise _BadRequest(f"observations: expected a non-empty list of observations of shape [{shape_text}]")
         if len(raw) > MAX_OBSERVATIONS:
             raise _BadRequest(f"observations: {len(raw)} observations; at most {MAX_OBSERVATIONS} per request")
-        try:
-            obs = np.asarray(raw, np.float32)
-        except (ValueError, TypeError):  # ragged lists, strings, nulls, objects
-            raise _BadRequest(f"observations: expected numbers in nested lists of shape [{shape_text}]") from None
+        obs = _floats(raw, "observations", f"[{shape_text}]")
         if obs.shape[1:] != served.obs_shape:
             raise _BadRequest(f"observations: expected shape [{shape_text}], got {list(obs.shape)}")
-        if not np.isfinite(obs).all():
-            raise _BadRequest("observations: every value must be a finite number")
+        obs = _float32(obs, "observations")
         return obs if served.obs_dtype == "float32" else obs.astype(served.obs_dtype)
 
     def episode_starts(body: dict, rows: int) -> np.ndarray | None:
@@ -225,7 +264,7 @@ def make_policy_app(run_dir: Path, token: str, last: bool = False, greedy: bool 
             session = None
         if session is None:
             raise _BadRequest(
-                f"session: no session {json.dumps(session_id)} (ended, expired after {SESSION_IDLE_S / 60:.0f} "
+                f"session: no session {_shown(session_id)} (ended, expired after {SESSION_IDLE_S / 60:.0f} "
                 "minutes idle, or never created: POST /v1/sessions)", 404
             )
         return session
@@ -280,6 +319,12 @@ def make_policy_app(run_dir: Path, token: str, last: bool = False, greedy: bool 
             del sessions[key]
         if len(sessions) >= MAX_SESSIONS:
             raise _BadRequest(f"session: {MAX_SESSIONS} sessions are open; end one (DELETE /v1/sessions/ID)", 429)
+        held = sum(s.envs for s in sessions.values())
+        if held + envs > MAX_SESSION_ENVS:
+            raise _BadRequest(
+                f"envs: the open sessions hold {held} environments and at most {MAX_SESSION_ENVS} are allowed in "
+                f"all ({MAX_SESSION_ENVS - held} left, {envs} asked); end a session (DELETE /v1/sessions/ID)", 429
+            )
         session_id = secrets.token_urlsafe(16)
         sessions[session_id] = _Session(envs, served.policy.initial_state(envs))
         return JSONResponse({"session": session_id}, status_code=201)
@@ -318,6 +363,8 @@ class PolicyService(HttpService):
     file_name = POLICY_SERVICE_FILE
     key = "serve-policy --address"
     keep_alive_s = KEEP_ALIVE_S
+    request_timeout_s = REQUEST_TIMEOUT_S
+    max_connections = 256  # simulators, one keep-alive connection each
 
     def __init__(
         self, run_dir: Path, address: str | int = DEFAULT_ADDRESS, last: bool = False, greedy: bool = True

@@ -12,7 +12,11 @@ so watching a run can change nothing in it:
   written with the URL to ``run_dir/service.json`` readable by its owner only (mode 0600): whoever can
   read the run directory's secrets may watch, nobody else;
 * the port is bound here before the server starts, so a port in use is a :class:`ConfigError` naming
-  ``run.serve`` when the run starts, not a log line in a background thread.
+  ``run.serve`` when the run starts, not a log line in a background thread;
+* a connection must send each whole request within ``request_timeout_s`` of opening (or of its first
+  byte after a response), and at most ``max_connections`` are open at once: the service shares the
+  training process's file descriptors, and a client that connects and sends nothing (no token needed)
+  must not be able to hold them.
 
 uvicorn serves the Starlette app (:func:`mlxe.service.app.make_app`) in a daemon thread of the
 training process: it never delays training, and dies with it.
@@ -20,7 +24,9 @@ training process: it never delays training, and dies with it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import functools
 import json
 import os
 import secrets
@@ -31,7 +37,9 @@ import time
 import weakref
 from pathlib import Path
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mlxe.config import ConfigError
 from mlxe.service.app import make_app
@@ -78,7 +86,9 @@ class HttpService:
 
     file_name = SERVICE_FILE
     key = "run.serve"  # where the address comes from, for errors
-    keep_alive_s = 5  # seconds an idle connection stays open
+    keep_alive_s = 5  # seconds an idle connection stays open after a response
+    request_timeout_s = 10.0  # seconds a connection may take to send a whole request (head and body)
+    max_connections = 64  # connections open at once (at most a quarter of the process's descriptor limit)
 
     def __init__(self, run_dir: Path, address: str | int) -> None:
         self.run_dir = Path(run_dir)
@@ -107,9 +117,16 @@ class HttpService:
         sock = _bind(host, port, self.address, self.key)
         bound_port = sock.getsockname()[1]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}/"
-        config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-            timeout_keep_alive=self.keep_alive_s,
+        # uvicorn's own limit_concurrency only answers 503 to the requests of connections past it, so
+        # connections that send nothing would be held all the same: the socket and protocol bound them
+        sock.limit = _connection_cap(self.max_connections)
+        protocol = functools.partial(
+            _BoundedH11Protocol, request_timeout_s=self.request_timeout_s,
+            max_waiting=sock.limit - max(1, sock.limit // 8),  # room left for the next connections
+        )
+        config = uvicorn.Config(  # asyncio's loop, not uvloop: only it accepts with the socket's accept()
+            app, http=protocol, loop="asyncio", log_level="warning", access_log=False, lifespan="off",
+            timeout_graceful_shutdown=2, timeout_keep_alive=self.keep_alive_s,
         )
         self._socket, self._server = sock, uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -176,13 +193,117 @@ class RunService(HttpService):
         return make_app(self.run_dir, token)
 
 
-def _bind(host: str, port: int, address: str | int, key: str = "run.serve") -> socket.socket:
+def _connection_cap(wanted: int) -> int:
+    """``wanted`` connections, or a quarter of the process's soft descriptor limit (at least 8) when that
+    is fewer: the run service and the simulator service together then leave the training half of them."""
+    try:
+        import resource
+    except ImportError:  # Windows: no descriptor limit to share
+        return wanted
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(8, min(wanted, soft // 4))
+
+
+class _ListeningSocket(socket.socket):
+    """The listening socket, whose ``accept`` closes at once each connection past ``limit`` open ones.
+
+    asyncio accepts every queued connection before the server sees any, so a burst of connections would
+    take a descriptor each before :class:`_BoundedH11Protocol` could close one.
+    """
+
+    limit = 1 << 30  # connections open at once; HttpService.start sets it
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._accepted: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+    def accept(self) -> tuple[socket.socket, object]:
+        conn, address = super().accept()
+        if sum(s.fileno() != -1 for s in self._accepted) >= self.limit:
+            conn.close()
+            raise ConnectionAbortedError  # asyncio's accept loop ends its turn quietly on it
+        self._accepted.add(conn)
+        return conn, address
+
+
+class _BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the two limits it lacks; uvicorn closes an idle connection only
+    ``timeout_keep_alive`` seconds after a response, and cancels that at the first byte received.
+
+    * A deadline: a connection must send a whole request (head and body) within ``request_timeout_s``
+      seconds of opening, or of its first byte after a response, or it is closed.
+    * A cap: past ``max_waiting`` open connections, the one waiting for a request the longest (idle,
+      or still sending one) is closed for the new one; a request the app is answering is never cut
+      (when all are, the new connection is closed at once).
+    """
+
+    def __init__(self, *args, request_timeout_s: float, max_waiting: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.request_timeout_s, self.max_waiting = request_timeout_s, max_waiting
+        self._deadline: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0  # loop time since which it waits for a request
+        self._aborted = False  # closed here: it stays in self.connections until the loop reports it lost
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._waiting_since = self.loop.time()
+        self._arm()
+        live = [c for c in self.connections if isinstance(c, _BoundedH11Protocol) and not c._aborted]
+        if len(live) > self.max_waiting:
+            waiting = [c for c in live if not c._answering()]
+            min(waiting, key=lambda c: c._waiting_since)._close()  # never empty: self waits
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch(began=True)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._waiting_since = self.loop.time()
+        # a pipelined request already (partly) received has begun
+        self._watch(began=self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0]))
+
+    def _answering(self) -> bool:
+        """Whether the app is answering a request received whole."""
+        return self._deadline is None and self.cycle is not None and not self.cycle.response_complete
+
+    def _watch(self, began: bool) -> None:
+        """Disarm the deadline once the request is received whole; arm it when one has ``began``."""
+        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE):
+            self._disarm()
+        elif began:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._deadline is None and not self.transport.is_closing():
+            self._deadline = self.loop.call_later(self.request_timeout_s, self._close)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _close(self) -> None:
+        """Close now: abort, not close, so that a peer that reads nothing cannot keep the descriptor
+        by leaving unsent data in the buffer."""
+        self._disarm()
+        self._aborted = True
+        self.transport.abort()
+
+
+def _bind(host: str, port: int, address: str | int, key: str = "run.serve") -> _ListeningSocket:
     """A listening TCP socket on ``host:port``; a ConfigError naming ``key`` when it cannot be."""
     try:
         family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
         raise ConfigError(f"{key}: cannot resolve the host of {address!r} ({e.strerror})") from None
-    sock = socket.socket(family, kind, proto)
+    sock = _ListeningSocket(family, kind, proto)
     # a restarted run may rebind the port while the last one's connections linger in TIME_WAIT;
     # Linux still refuses a port another socket listens on
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -16,7 +16,9 @@ Routes (JSON in and out; k = the session's environments, ``*obs`` = ``env.remote
   "terminated": [k], "truncated": [k], "reset_obs": [m, *obs]}``, where ``obs`` is what each
   environment's step returned (an ended episode's final observation) and ``reset_obs`` the first
   observations of the next episodes of the m environments whose episode ended (terminated or
-  truncated), in environment order (omitted or [] when none). The answer, once the Executor acted
+  truncated), in environment order (omitted or [] when none). Every observation and reward must be
+  finite and within float32's range (magnitude at most 3.4e38), as the Executor stores them: a 400
+  names the field, the value and the session otherwise. The answer, once the Executor acted
   (long-polled): ``{"actions": [k]}`` (ints) or ``[k, A]`` (floats within the bounds);
 * ``DELETE /v1/sessions/{id}``: disconnect; the episodes in progress on its rows are dropped.
 
@@ -27,8 +29,6 @@ without a step: connect again). 409: a step while the session's previous one wai
 
 from __future__ import annotations
 
-import json
-import math
 import secrets
 from pathlib import Path
 
@@ -40,7 +40,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mlxe.envs.remote import Session, SimulatorHub, _Step
-from mlxe.service.policy import KEEP_ALIVE_S, _BadRequest, _error, _json_body
+from mlxe.service.policy import (
+    KEEP_ALIVE_S,
+    REQUEST_TIMEOUT_S,
+    _BadRequest,
+    _error,
+    _float32,
+    _floats,
+    _json_body,
+    _shown,
+)
 from mlxe.service.server import HttpService
 
 SIMULATORS_FILE = "simulators.json"
@@ -65,42 +74,37 @@ def make_simulator_app(hub: SimulatorHub, token: str) -> Starlette:
     def ended() -> JSONResponse:
         return JSONResponse({"error": f"run: {hub.closed}", "ended": True}, status_code=410)
 
-    def observations(body: dict, name: str, count: int) -> np.ndarray:
-        """body[name] as float32 [count, *obs]."""
+    def observations(body: dict, name: str, count: int, session: Session) -> np.ndarray:
+        """body[name] as float32 [count, *obs]: finite, and finite still in float32, as the Executor stores them."""
         shape_text = ", ".join(map(str, [count, *obs_shape]))
         if name not in body:
             raise _BadRequest(f"{name}: missing; expected {count} observations, shape [{shape_text}]")
-        try:
-            obs = np.asarray(body[name], np.float32)
-        except (ValueError, TypeError):  # ragged lists, strings, nulls, objects
-            raise _BadRequest(f"{name}: expected numbers in nested lists of shape [{shape_text}]") from None
+        obs = _floats(body[name], name, f"[{shape_text}]")
         if obs.shape != (count, *obs_shape):
             raise _BadRequest(f"{name}: expected shape [{shape_text}], got {list(obs.shape)}")
-        if not np.isfinite(obs).all():
-            raise _BadRequest(f"{name}: every value must be a finite number")
-        return obs
+        return _float32(obs, name, f" (session {session.id})")
 
     def flags(body: dict, name: str, k: int) -> list[bool]:
         value = body.get(name)
         if not isinstance(value, list) or len(value) != k or any(type(v) is not bool for v in value):
-            raise _BadRequest(f"{name}: expected a list of {k} booleans (one per environment), got {json.dumps(value)}")
+            raise _BadRequest(f"{name}: expected a list of {k} booleans (one per environment), got {_shown(value)}")
         return value
 
-    def rewards(body: dict, k: int) -> list[float]:
+    def rewards(body: dict, k: int, session: Session) -> list[float]:
+        """body["reward"]: k numbers that stay finite as float32 (a reward of 1e300 would be inf there)."""
         value = body.get("reward")
-
-        def finite(v: object) -> bool:  # JSON true is not a number; an int past float's range is not finite
-            return (type(v) is float and math.isfinite(v)) or (type(v) is int and abs(v) <= 1e300)
-
-        if not isinstance(value, list) or len(value) != k or not all(map(finite, value)):
-            raise _BadRequest(f"reward: expected a list of {k} finite numbers (one per environment), got {json.dumps(value)}")
-        return value
+        # JSON true is not a number
+        if not isinstance(value, list) or len(value) != k or any(type(v) not in (int, float) for v in value):
+            raise _BadRequest(f"reward: expected a list of {k} finite numbers (one per environment), got {_shown(value)}")
+        values = _floats(value, "reward", f"[{k}]")
+        _float32(values, "reward", f" (session {session.id})")  # refuses what the Executor's float32 makes inf
+        return values.tolist()
 
     def session_of(session_id: object) -> Session:
         session = hub.sessions.get(session_id) if isinstance(session_id, str) else None
         if session is None:
             raise _BadRequest(
-                f"session: no session {json.dumps(session_id)} (disconnected, dropped after env.remote.step_timeout "
+                f"session: no session {_shown(session_id)} (disconnected, dropped after env.remote.step_timeout "
                 "seconds without a step, or never connected): POST /v1/connect", 404
             )
         return session
@@ -108,16 +112,16 @@ def make_simulator_app(hub: SimulatorHub, token: str) -> Starlette:
     def steps_of(body: dict, session: Session) -> list[_Step]:
         """The session's step in ``body``, one :class:`_Step` per row."""
         k = len(session.rows)
-        obs = observations(body, "obs", k)
+        obs = observations(body, "obs", k, session)
         if session.first:
             for name in ("reward", "terminated", "truncated", "reset_obs"):
                 if name in body:
                     raise _BadRequest(f"{name}: the first step after /v1/connect sends only obs (the first observations)")
             return [_Step(o, first=True) for o in obs]
-        reward = rewards(body, k)
+        reward = rewards(body, k, session)
         terminated, truncated = flags(body, "terminated", k), flags(body, "truncated", k)
         ended_rows = [i for i in range(k) if terminated[i] or truncated[i]]
-        fresh = observations(body, "reset_obs", len(ended_rows)) if ended_rows or body.get("reset_obs") else []
+        fresh = observations(body, "reset_obs", len(ended_rows), session) if ended_rows or body.get("reset_obs") else []
         steps = [_Step(obs[i], float(reward[i]), terminated[i], truncated[i]) for i in range(k)]
         for i, first in zip(ended_rows, fresh):
             steps[i].final_obs, steps[i].obs = steps[i].obs, first
@@ -152,7 +156,7 @@ def make_simulator_app(hub: SimulatorHub, token: str) -> Starlette:
         if type(k) is not int or not 1 <= k <= hub.envs:
             raise _BadRequest(
                 f"envs: expected an integer from 1 to {hub.envs} (a session's rows belong to one Executor, which "
-                f"steps envs_per_executor = {hub.envs}), got {json.dumps(k)}"
+                f"steps envs_per_executor = {hub.envs}), got {_shown(k)}"
             )
         session = hub.connect(k)
         if session is None:
@@ -205,10 +209,13 @@ class SimulatorService(HttpService):
     file_name = SIMULATORS_FILE
     key = "env.remote.address"
     keep_alive_s = KEEP_ALIVE_S  # a simulator's step may take longer than uvicorn's default 5 s
+    request_timeout_s = REQUEST_TIMEOUT_S
 
     def __init__(self, run_dir: Path, address: str | int, hub: SimulatorHub) -> None:
         super().__init__(run_dir, address)
         self.hub = hub
+        # a session per row at most, each on its own keep-alive connection, and room for /v1/spec callers
+        self.max_connections = len(hub.rows) + 32
 
     def make_app(self, token: str) -> Starlette:
         return make_simulator_app(self.hub, token)

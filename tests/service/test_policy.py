@@ -136,6 +136,14 @@ def test_every_route_needs_the_token(service):
     ("{not json", "body: not valid JSON"),
     ("[1, 2]", "body: expected a JSON object, got list"),
     ({"observations": [[0.0] * 4] * 2, "episode_start": [True]}, "episode_start: expected a list of 2 booleans"),
+    # float32 would store these as inf
+    ({"observations": [[0.0] * 4, [0, 0, 1e300, 0]]}, "observations: every value must be a finite number within "
+     "float32's range (magnitude at most 3.402823e+38); got 1e+300 at [1, 2]"),
+    ({"observations": [[0, -4e38, 0, 0]]}, "observations: every value must be a finite number within float32's"),
+    # an integer past float64's range, and nesting past what json.loads recurses: neither may be a 500
+    ('{"observations": [[1' + "0" * 400 + ', 0, 0, 0]]}', "observations: a number is beyond float range"),
+    ('{"observations": ' + "[" * 3000 + "]" * 3000 + "}", "body: JSON nested too deeply"),
+    ('{"observations": ' + "[" * 100 + "]" * 100 + "}", "observations: expected numbers in nested lists"),
 ])
 def test_malformed_act_requests_are_400_naming_the_field(service, body, message):
     code, answer = Client(service)("POST", "/v1/act", body)
@@ -155,6 +163,36 @@ def test_other_refusals(service, monkeypatch):
     code, answer = client("POST", "/v1/act", {"observations": [[0.0] * 4] * 10})
     assert code == 413 and answer["error"].startswith("body: ")
     assert client("POST", "/v1/act", {"observations": [[0.0] * 4]})[0] == 200  # the connection still serves
+
+
+def test_sessions_are_400_for_numbers_and_nesting_the_parser_rejects(service):
+    client = Client(service)
+    code, answer = client("POST", "/v1/sessions", '{"envs": 1' + "0" * 400 + "}")
+    assert code == 400 and answer["error"].startswith("envs: expected an integer from 1 to 4096, got 1000")
+    assert len(answer["error"]) < 200  # the value is cut short, not echoed whole
+    code, answer = client("POST", "/v1/sessions", '{"envs": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert code == 400 and answer["error"].startswith("body: JSON nested too deeply")
+
+
+def test_the_environments_of_all_sessions_together_are_capped(recurrent_run):
+    # a session's recurrent state is memory the service keeps: 16 sessions of 4,096 environments here,
+    # 1,024 of them (about 5 GB for an LSTM of 128) without the cap
+    cap = policy_module.MAX_SESSION_ENVS
+    assert cap < policy_module.MAX_SESSIONS * policy_module.MAX_OBSERVATIONS
+    with PolicyService(recurrent_run, "127.0.0.1:0") as service:
+        client = Client(service)
+        sessions = [client("POST", "/v1/sessions", {"envs": 4096})[1]["session"] for _ in range(cap // 4096 - 1)]
+        last = client("POST", "/v1/sessions", {"envs": 4095})[1]["session"]
+        assert client("POST", "/v1/sessions", {"envs": 1})[0] == 201  # exactly the cap
+        code, answer = client("POST", "/v1/sessions", {"envs": 1})
+        assert code == 429 and answer["error"] == (
+            f"envs: the open sessions hold {cap} environments and at most {cap} are allowed in all (0 left, 1 asked); "
+            "end a session (DELETE /v1/sessions/ID)"
+        )
+        obs = np.zeros((4096, 4)).tolist()
+        assert client("POST", "/v1/act", {"observations": obs, "session": sessions[0]})[0] == 200  # still served
+        assert client("DELETE", f"/v1/sessions/{last}")[0] == 200
+        assert client("POST", "/v1/sessions", {"envs": 4095})[0] == 201  # ending one frees its environments
 
 
 def test_a_feed_forward_policy_takes_a_session_too(service):

@@ -4,9 +4,13 @@
 import io
 import json
 import multiprocessing
+import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -189,3 +193,134 @@ def test_a_token_never_starts_like_an_option(run_dir, monkeypatch):
     monkeypatch.setattr(mlxe.service.server.secrets, "token_urlsafe", lambda n: next(drawn))
     with RunService(run_dir, "127.0.0.1:0") as service:
         assert service.token == "fine-token"
+
+
+# -- connections that send nothing, or too slowly (a descriptor each, and no token needed) -----------------------
+
+
+def closed_by_the_server(sock: socket.socket, within_s: float = 10.0) -> bool:
+    """Whether the server closes ``sock`` within ``within_s`` seconds (any answer it sent is read first)."""
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:  # closed by abort (RST)
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def response_status(sock: socket.socket) -> bytes:
+    """The status line of the next response on ``sock``, read whole (head and Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head.split(b"\r\n")[0]
+
+
+def trickle(sock: socket.socket, data: bytes, seconds: float) -> None:
+    """Send ``data`` a byte every 0.1 s for ``seconds``, until the server closes ``sock``."""
+    for byte in data[: int(seconds / 0.1)]:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            return
+        time.sleep(0.1)
+
+
+def test_connections_that_never_send_a_whole_request_are_closed_after_the_request_timeout(run_dir):
+    service = RunService(run_dir, "127.0.0.1:0")
+    service.request_timeout_s = 1.0
+    with service:
+        address = ("127.0.0.1", port_of(service))
+        silent = socket.create_connection(address)
+        head = b"GET /api/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + service.token.encode() + b"\r\n\r\n"
+        trickling = socket.create_connection(address)
+        trickle(trickling, head, 2.0)  # uvicorn alone would wait for the rest forever
+        # after a response: idle for longer than the request timeout is fine (keep-alive, 5 s), but once a
+        # request has begun it must arrive whole in time
+        used = socket.create_connection(address)
+        used.sendall(head)
+        assert response_status(used) == b"HTTP/1.1 200 OK"
+        time.sleep(1.5)
+        used.sendall(head)
+        assert response_status(used) == b"HTTP/1.1 200 OK"
+        started = time.monotonic()
+        trickle(used, head, 3.0)
+        assert time.monotonic() - started < 2.5  # closed by the 1 s request timeout, not the 5 s keep-alive
+        for sock in (silent, trickling, used):
+            assert closed_by_the_server(sock, within_s=5.0)
+            sock.close()
+        assert get(service.url + "api/status", service.token)[0] == 200
+
+
+# Opens argv[2] connections to port argv[1] that send nothing, waits argv[3] seconds, then prints how many the
+# server has not closed.
+FLOOD = """
+import socket, sys, time
+held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(int(sys.argv[2]))]
+print("connected", flush=True)
+time.sleep(float(sys.argv[3]))
+still_open = 0
+for sock in held:
+    sock.setblocking(False)
+    try:
+        still_open += sock.recv(1) != b""
+    except BlockingIOError:
+        still_open += 1
+    except ConnectionResetError:
+        pass
+print(still_open, flush=True)
+"""
+
+
+def descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's descriptors in /proc")
+def test_a_burst_of_connections_takes_at_most_max_connections_descriptors_and_requests_still_get_answers(run_dir):
+    service = RunService(run_dir, "127.0.0.1:0")
+    service.max_connections = 16
+    with service:
+        base, peak, done = descriptors(), [0], threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], descriptors())
+                time.sleep(0.001)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(port_of(service)), "300", "3"],
+                                     stdout=subprocess.PIPE, text=True)  # another process: its sockets are not ours
+            assert flood.stdout.readline().strip() == "connected"
+            time.sleep(0.5)
+            # while the flood holds what it has: each new connection takes the place of the one waiting the longest
+            for _ in range(3):
+                assert get(service.url + "api/status", service.token)[0] == 200
+            assert int(flood.communicate(timeout=30)[0]) <= 16
+        finally:
+            done.set()
+            sampler.join()
+        # 16, the pipe from the flood, and one connection being refused: the rest were closed as accepted
+        assert peak[0] - base <= 16 + 2
+
+
+def test_the_connection_cap_leaves_most_descriptors_to_the_training(monkeypatch):
+    import resource
+
+    from mlxe.service.server import _connection_cap
+
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (128, 4096))
+    assert _connection_cap(64) == 32  # a quarter of the soft limit: two services leave half to the training
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (1 << 20, 1 << 20))
+    assert _connection_cap(64) == 64
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert _connection_cap(64) == 64

@@ -197,8 +197,11 @@ OBS = [[0.0, 0.5, 0.0, -0.25], [0.125, 0.0, 0.75, 0.0]]  # exact in float32
     (True, {"obs": OBS, "reward": [1, 1]}, "reward: the first step after /v1/connect sends only obs"),
     (False, {"obs": OBS, "reward": [1.0], "terminated": [False] * 2, "truncated": [False] * 2},
      "reward: expected a list of 2 finite numbers"),
-    (False, {"obs": OBS, "reward": [1, 10**400], "terminated": [False] * 2, "truncated": [False] * 2},
+    (False, {"obs": OBS, "reward": [1, True], "terminated": [False] * 2, "truncated": [False] * 2},
      "reward: expected a list of 2 finite numbers"),
+    (False, {"obs": OBS, "reward": [1, 10**400], "terminated": [False] * 2, "truncated": [False] * 2},
+     "reward: a number is beyond float range"),
+    (True, {"obs": [[10**400, 0, 0, 0], OBS[1]]}, "obs: a number is beyond float range"),
     (False, {"obs": OBS, "reward": [1, 1], "terminated": [0, 0], "truncated": [False] * 2},
      "terminated: expected a list of 2 booleans"),
     (False, {"obs": OBS, "reward": [1, 1], "terminated": [True, False], "truncated": [False] * 2},
@@ -213,6 +216,61 @@ def test_malformed_steps_are_400_naming_the_field(service, first, body, message)
         service.hub.sessions[session].first = False  # as after its first step
     code, answer = client("POST", "/v1/step", {"session": session, **body})
     assert code == 400 and answer["error"].startswith(message), answer
+
+
+@pytest.mark.parametrize("first, body, message", [
+    (True, {"obs": [OBS[0], [0.0, 0.0, 1e300, 0.0]]}, "obs: every value must be a finite number within float32's "
+     "range (magnitude at most 3.402823e+38); got 1e+300 at [1, 2]"),
+    (False, {"obs": OBS, "reward": [1, 1e300], "terminated": [False] * 2, "truncated": [False] * 2},
+     "reward: every value must be a finite number within float32's range (magnitude at most 3.402823e+38); "
+     "got 1e+300 at [1]"),
+    (False, {"obs": OBS, "reward": [-3.5e38, 0], "terminated": [False] * 2, "truncated": [False] * 2},
+     "reward: every value must be a finite number within float32's range"),
+    (False, {"obs": OBS, "reward": [1, 1], "terminated": [False] * 2, "truncated": [True, False],
+             "reset_obs": [[0.0, 4e38, 0.0, 0.0]]}, "reset_obs: every value must be a finite number within float32's"),
+])
+def test_values_that_float32_makes_inf_are_400_naming_the_field_and_session(service, first, body, message):
+    # finite in JSON and float64, inf once the Executor stores them as float32: a NaN loss, silently
+    client = Client(service)
+    session = client("POST", "/v1/connect", {"envs": 2})[1]["session"]
+    if not first:
+        service.hub.sessions[session].first = False
+    code, answer = client("POST", "/v1/step", {"session": session, **body})
+    assert code == 400 and answer["error"].startswith(message), answer
+    assert answer["error"].endswith(f"(session {session})")
+
+
+def test_values_within_float32s_range_reach_the_executor(service, monkeypatch):
+    submitted = []
+
+    async def submit(session, steps):  # the Executor's side: what it would step with, and its actions
+        submitted.extend(steps)
+        return [0, 1]
+
+    monkeypatch.setattr(service.hub, "submit", submit)
+    client = Client(service)
+    session = client("POST", "/v1/connect", {"envs": 2})[1]["session"]
+    service.hub.sessions[session].first = False
+    big = float(np.finfo(np.float32).max)
+    body = {"session": session, "obs": [[big, -big, 0, 0], OBS[1]], "reward": [big, -1e-45],
+            "terminated": [False] * 2, "truncated": [False] * 2}
+    assert client("POST", "/v1/step", body) == (200, {"actions": [0, 1]})
+    assert [step.reward for step in submitted] == [big, -1e-45]
+    assert np.isfinite(np.float32([step.reward for step in submitted])).all()
+    assert submitted[0].obs.dtype == np.float32 and np.isfinite(submitted[0].obs).all()
+
+
+def test_steps_are_400_for_numbers_and_nesting_the_parser_rejects(service):
+    client = Client(service)
+    assert client("POST", "/v1/connect", '{"envs": ' + "[" * 3000 + "]" * 3000 + "}") == (
+        400, {"error": "body: JSON nested too deeply (no field needs more than a few levels)"})
+    session = client("POST", "/v1/connect", {"envs": 2})[1]["session"]
+    nested = "[" * 3000 + "]" * 3000
+    code, answer = client("POST", "/v1/step", f'{{"session": "{session}", "obs": {nested}}}')
+    assert code == 400 and answer["error"].startswith("body: JSON nested too deeply")
+    huge = "1" + "0" * 400  # an integer past float64's range
+    code, answer = client("POST", "/v1/step", f'{{"session": "{session}", "obs": [[{huge}, 0, 0, 0], [0, 0, 0, 0]]}}')
+    assert code == 400 and answer["error"].startswith("obs: a number is beyond float range")
 
 
 def test_unknown_sessions_are_404_and_a_closed_hub_is_410(service):
