@@ -1,4 +1,5 @@
-"""MLxE: deep RL trained by Executors, a Memorizer and a Learner on every core of a machine.
+"""MLxE: deep RL trained by Executors, which step batches of environments with the policy on every
+core, and a Learner, whose algorithm turns their segments into training data and learns.
 
 The public API (imported lazily so that ``import mlxe`` and ``mlxe --help`` stay instant):
 ``mlxe.train``, ``mlxe.evaluate``, ``mlxe.load_config``, ``mlxe.Config``.

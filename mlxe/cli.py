@@ -276,7 +276,7 @@ def _bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mlxe",
-        description="MLxE: train RL agents with Executors, a Memorizer and a Learner on every core.",
+        description="MLxE: train RL agents with Executors acting on every core and a Learner.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
