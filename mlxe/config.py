@@ -12,6 +12,7 @@ import difflib
 import math
 import os
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,9 +21,63 @@ from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
+# Values of one YAML document (a config file, an override's value) with its aliases expanded. A config
+# has a few hundred; an alias that repeats a collection multiplies it (9 aliases of 9 aliases ... of 9
+# items: 9**n values), and the loaded config is copied whole (checks, config.yaml), so the expanded
+# size is what the run pays for.
+MAX_YAML_VALUES = 100_000
+
 
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; people write ``1e-4``)."""
+    """Safe YAML that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; people write ``1e-4``)
+    and refuses a document whose aliases expand past :data:`MAX_YAML_VALUES` values."""
+
+    where = ""  # the key the document is the value of (an override's), for errors
+
+    def compose_document(self):
+        node = super().compose_document()
+        _expanded_size(node, self.where, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, key: str, sizes: dict[int, int], open_: set[int]) -> int:
+    """The values under ``node`` with every alias expanded (a shared node counted at each use; ``sizes``
+    memoizes them, so a bomb costs its nodes, not its expansion); a ConfigError naming the key past
+    :data:`MAX_YAML_VALUES`, or one whose alias refers to a node that contains it."""
+    if isinstance(node, yaml.ScalarNode):
+        return 1
+    if id(node) in sizes:
+        return sizes[id(node)]
+    where = key or "the document"
+    if id(node) in open_:
+        raise ConfigError(f"{where}: a YAML alias refers to a collection that contains it; write the values out")
+    open_.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        children = [(f"{key}[{i}]", item) for i, item in enumerate(node.value)]
+    else:
+        children = []
+        for k, v in node.value:
+            name = k.value if isinstance(k, yaml.ScalarNode) else "?"
+            children += [(key, k), (f"{key}.{name}" if key else str(name), v)]
+    size = 1 + sum(_expanded_size(child, child_key, sizes, open_) for child_key, child in children)
+    if size > MAX_YAML_VALUES:
+        raise ConfigError(
+            f"{where}: {size:,} values once its YAML aliases are expanded; expected at most {MAX_YAML_VALUES:,} "
+            "(an alias that repeats a collection multiplies it): write the values out"
+        )
+    open_.discard(id(node))
+    sizes[id(node)] = size
+    return size
+
+
+def _load_yaml(text: str, where: str = "") -> Any:
+    """``text`` read with :class:`_Loader`; ``where``: the key it is the value of (an override's), for errors."""
+    loader = _Loader(text)
+    loader.where = where
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -33,12 +88,28 @@ _Loader.add_implicit_resolver(
 )
 
 
+# Bounds of sizes: beyond them a run fails deep inside (NumPy's dimension limit, no memory, a process
+# per Executor) instead of naming the key.
+MAX_INT = 2**63 - 1  # any integer setting: NumPy's and torch's int64
+MAX_WORKERS = 1024  # processes, threads or Ray actors of one kind
+MAX_WIDTH = 65_536  # units or channels of a layer, frames stacked, actions
+MAX_ROWS = 100_000_000  # rows of one array: a segment (steps x environments), a replay buffer, a batch
+MAX_SECONDS = 365 * 86_400  # timeouts, intervals, wall limits: a year (no limit: null where there is one)
+# ``name``: the run directory's name (with "-<date>-<time>" added) under run.dir: one file-name-safe part
+# (":" is in the names mlxe.defaults gives an env id "package.module:Class")
+NAME = re.compile(r"\w[\w.+:-]*")
+MAX_NAME_BYTES = 100  # a file name has at most 255 bytes; the run directory's adds about 20
+
 DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?|auto")  # spellings of `device` (availability: mlxe.algos.device)
 SERVE = re.compile(r"(?:([\w.-]+|\[[0-9a-fA-F:]+\]):)?([0-9]{1,5})")  # run.serve: [HOST:]PORT
 
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the key, the value and what is allowed."""
+
+
+class _NotFinite(ConfigError):
+    """A number setting given NaN or inf (or an integer beyond float range)."""
 
 
 @dataclass
@@ -88,6 +159,9 @@ class EnvConfig:
     # Gymnasium wrappers applied in order after the above: "package.module:Class" or
     # {wrapper: "package.module:Class", kwargs: {...}}
     wrappers: list[Any] = field(default_factory=list)
+    # seconds one step or reset of an Executor's environments may take before the Executor is treated
+    # as failed (replaced, its episodes dropped, as after a crash); null: no watchdog
+    step_timeout: float | None = 60.0
     remote: RemoteEnvConfig = field(default_factory=RemoteEnvConfig)
 
 
@@ -152,9 +226,15 @@ def default_algo() -> AlgoConfig:
 
 
 def check_positive(key: str, value: float | None) -> None:
-    """A :class:`ConfigError` naming ``key`` unless ``value`` is None or > 0."""
-    if value is not None and value <= 0:
+    """A :class:`ConfigError` naming ``key`` unless ``value`` is None or > 0 (NaN is not)."""
+    if value is not None and not value > 0:
         raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
+
+
+def check_at_most(key: str, value: float | None, limit: float, unit: str = "") -> None:
+    """A :class:`ConfigError` naming ``key`` unless ``value`` is None or <= ``limit`` (one of the ``MAX_`` bounds)."""
+    if value is not None and value > limit:
+        raise ConfigError(f"{key}: {value!r} is not allowed; expected at most {limit:,}{unit}")
 
 
 @dataclass
@@ -223,6 +303,9 @@ class RunConfig:
     checkpoint_every: int = 10  # iterations between checkpoints (OA: seconds / 2)
     keep_checkpoints: int = 3  # last.pt and the ones before it (iter-N.pt) kept to fall back on
     max_restarts: int = 3  # per Executor: a failed one is replaced this many times, then the run stops
+    # gradient steps in a row whose loss or gradient is not finite (each skipped and counted in the
+    # metrics' ``nonfinite_steps``) before the run stops with an error; the last good checkpoint is kept
+    max_nonfinite: int = 10
     progress: bool = True
     window: int = 20  # moving-average window (episodes) of the progress display
     tensorboard: bool = True
@@ -379,12 +462,14 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
         return _build(tp, value, key + ".")
     if origin in (Union, types.UnionType):
-        errors = []
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(e)
+            except _NotFinite as e:
+                none = " or null" if type(None) in typing.get_args(tp) else ""
+                raise _NotFinite(f"{e}{none}") from None
+            except ConfigError:
+                pass
         raise ConfigError(f"{key}: {value!r} is not allowed; expected {_type_name(tp)}")
     if origin is Literal:
         allowed = typing.get_args(tp)
@@ -417,9 +502,15 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -MAX_INT <= value <= MAX_INT:
+                raise ConfigError(f"{key}: {value!r} is not allowed; expected an integer within +-(2**63 - 1)")
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # NaN passes every range check (each comparison is false), and inf is no setting's sensible
+            # value (null spells "no limit" where there is one)
+            if abs(value) > sys.float_info.max or not math.isfinite(value):
+                raise _NotFinite(f"{key}: {value!r} is not allowed; expected a finite number")
             return float(value)
     elif tp is str:
         if isinstance(value, str):
@@ -487,20 +578,51 @@ def _check_ranges(cfg: Config) -> None:
         "run.window": cfg.run.window,
         "run.status_every": cfg.run.status_every,
         "filters.clip": cfg.filters.clip,
+        "env.step_timeout": cfg.env.step_timeout,
+        "run.max_nonfinite": cfg.run.max_nonfinite,
     }
     for key, value in positive.items():
         check_positive(key, value)
+    _check_name(cfg.name)
     if not DEVICE.fullmatch(cfg.device):
         raise ConfigError(f"device: {cfg.device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
-    if not isinstance(cfg.executors, str) and cfg.executors < 1:
-        raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer >= 1")
+    if not isinstance(cfg.executors, str) and not 1 <= cfg.executors <= MAX_WORKERS:
+        raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer in [1, {MAX_WORKERS}]")
     for key in ("goal_episode_length", "max_episodes", "max_env_steps", "max_wall_seconds"):
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")
+    workers = {
+        "torch_threads": cfg.torch_threads,
+        "learner.gradient_workers": cfg.learner.gradient_workers,
+        "ray.executors_per_node": cfg.ray.executors_per_node,
+    }
+    for key, value in workers.items():
+        check_at_most(key, value, MAX_WORKERS)
+    seconds = {
+        "env.step_timeout": cfg.env.step_timeout,
+        "env.remote.connect_timeout": cfg.env.remote.connect_timeout,
+        "env.remote.step_timeout": cfg.env.remote.step_timeout,
+        "stop.max_wall_seconds": cfg.stop.max_wall_seconds,
+        "run.status_every": cfg.run.status_every,
+        "ray.connect_timeout": cfg.ray.connect_timeout,
+        "ray.extra_recv_timeout": cfg.ray.extra_recv_timeout,
+    }
+    for key, value in seconds.items():
+        check_at_most(key, value, MAX_SECONDS, " seconds (a year)")
+    check_at_most("envs_per_executor", cfg.envs_per_executor, MAX_WIDTH)
+    check_at_most("env.frame_stack", cfg.env.frame_stack, MAX_WIDTH)
+    check_at_most("memory.capacity_per_executor", cfg.memory.capacity_per_executor, MAX_ROWS, " rows")
+    if cfg.rollout.steps * cfg.envs_per_executor > MAX_ROWS:
+        raise ConfigError(
+            f"rollout.steps: {cfg.rollout.steps!r} is not allowed with envs_per_executor {cfg.envs_per_executor}; "
+            f"expected at most {MAX_ROWS:,} rows per segment (rollout.steps x envs_per_executor)"
+        )
     _check_model(cfg.model)
     for key in ("lr", "features", "hidden"):
         check_positive(f"icm.{key}", getattr(cfg.icm, key))
+    for key in ("features", "hidden"):
+        check_at_most(f"icm.{key}", getattr(cfg.icm, key), MAX_WIDTH)
     if cfg.icm.nu < 0 or not 0.0 <= cfg.icm.beta <= 1.0:
         key, value = ("icm.nu", cfg.icm.nu) if cfg.icm.nu < 0 else ("icm.beta", cfg.icm.beta)
         raise ConfigError(f"{key}: {value!r} is not allowed; expected nu >= 0 and beta in [0, 1]")
@@ -513,8 +635,7 @@ def _check_ranges(cfg: Config) -> None:
             "episodes to wait for); expected 'istb', 'is' or 'oa'"
         )
     _check_sections(cfg)
-    if cfg.backend == "ray":
-        _check_ray(cfg)
+    _check_ray(cfg)
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
         raise ConfigError(
             f"memory.keep_last_steps: {cfg.memory.keep_last_steps} is not allowed; "
@@ -698,25 +819,62 @@ def policy_config(cfg: Config, name: str) -> Config:
     return one
 
 
+def _check_name(name: str) -> None:
+    """``name`` starts the run directory's name: one path part (no "/" or ".." leaving run.dir) that
+    a file system takes."""
+    if not NAME.fullmatch(name) or len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"name: {name!r} is not allowed; expected up to {MAX_NAME_BYTES} bytes of letters, digits and "
+            "'_', '.', '+', ':', '-', starting with a letter, digit or '_' (it names the run directory)"
+        )
+
+
 def _check_model(m: ModelConfig) -> None:
     for i, layer in enumerate(m.conv):
-        if len(layer) not in (3, 4) or min(layer[:3]) < 1 or (len(layer) == 4 and layer[3] < 0):
+        if (len(layer) not in (3, 4) or min(layer[:3]) < 1 or (len(layer) == 4 and layer[3] < 0)
+                or max(layer) > MAX_WIDTH):
             raise ConfigError(
                 f"model.conv[{i}]: {layer!r} is not allowed; expected [out_channels, kernel, stride] or "
-                "[out_channels, kernel, stride, padding], positive integers (padding >= 0)"
+                f"[out_channels, kernel, stride, padding], positive integers (padding >= 0) of at most {MAX_WIDTH:,}"
             )
     if not m.conv:
         raise ConfigError("model.conv: expected at least one layer")
-    if not m.impala_channels or min(m.impala_channels) < 1:
-        raise ConfigError(f"model.impala_channels: {m.impala_channels!r} is not allowed; expected positive integers")
-    for key in ("trunk", "policy_head", "value_head"):
-        if any(size < 1 for size in getattr(m, key)):
-            raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not allowed; expected positive layer sizes")
+    for key in ("impala_channels", "trunk", "policy_head", "value_head"):
+        sizes = getattr(m, key)
+        if any(not 1 <= size <= MAX_WIDTH for size in sizes) or (key == "impala_channels" and not sizes):
+            raise ConfigError(
+                f"model.{key}: {sizes!r} is not allowed; expected {'one or more ' if key == 'impala_channels' else ''}"
+                f"layer sizes in [1, {MAX_WIDTH:,}]"
+            )
     check_positive("model.core_size", m.core_size)
+    check_at_most("model.core_size", m.core_size, MAX_WIDTH)
+    check_model_reads(m, m.encoder)
     if m.custom is not None and m.core != "none":
         raise ConfigError("model.core: a model.custom module replaces the whole network, core included; set model.core=none")
     if m.custom is not None and not re.fullmatch(r"[\w.]+:\w+", m.custom):
         raise ConfigError(f"model.custom: {m.custom!r} is not allowed; expected 'package.module:Class'")
+
+
+def check_model_reads(m: ModelConfig, encoder: str, discrete: bool | None = None, image: bool = True) -> None:
+    """A changed ``model`` key that the network does not read is an error naming it (as an unused
+    section is): ``conv`` without a CNN, ``impala_channels`` without ``impala_cnn``, ``std`` and
+    ``log_std_init`` with Discrete actions. Checked when the config loads with the encoder as set, and
+    again by :func:`mlxe.models.actor_critic.net_spec` with what the environment tells: the encoder
+    ``auto`` picked, whether the observation has an ``image`` (``concat``), whether actions are ``discrete``."""
+    if m.custom is not None:
+        return  # the module replaces the whole network
+    picked = "" if encoder == m.encoder else f", which model.encoder {m.encoder!r} picked for this observation space"
+    cnn = encoder in ("auto", "cnn") or (encoder == "concat" and image)
+    unread = {
+        "conv": (not cnn, f"the encoder is {encoder!r}{picked}; CNN layers are read by 'cnn' (and 'concat' for images)"),
+        "impala_channels": (encoder != "impala_cnn", f"the encoder is {encoder!r}{picked}; set model.encoder: impala_cnn to use it"),
+        "std": (discrete, "the actions are Discrete; it shapes the Gaussian policy of Box actions"),
+        "log_std_init": (discrete, "the actions are Discrete; it shapes the Gaussian policy of Box actions"),
+    }
+    defaults = ModelConfig()
+    for key, (ignored, why) in unread.items():
+        if ignored and getattr(m, key) != getattr(defaults, key):
+            raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not read: {why}; remove it")
 
 
 def _check_sections(cfg: Config) -> None:
@@ -747,8 +905,16 @@ def _changed_keys(value: dict, default: dict, prefix: str) -> list[str]:
 
 
 def _check_ray(cfg: Config) -> None:
-    """The Ray backend's combinations and ranges (checked only with ``backend: ray``)."""
+    """The Ray backend's combinations and ranges; without ``backend: ray``, or in a ``ray.mode`` that
+    does not read it, a changed ``ray`` key would be ignored: an error naming it."""
     r, defaults = cfg.ray, RayConfig()
+    changed = _changed_keys(to_dict(r), dataclasses.asdict(defaults), "ray")
+    if cfg.backend != "ray":
+        if changed:
+            raise ConfigError(
+                f"{changed[0]}: a setting of the Ray backend, and backend is {cfg.backend!r}; remove it, or set backend: ray"
+            )
+        return
     if cfg.arch == "istb":
         raise ConfigError("arch: 'istb' is not allowed with backend 'ray' (Executors are actors); expected 'is', 'ia' or 'oa'")
     if r.mode != "sync" and cfg.arch != "is":
@@ -785,6 +951,26 @@ def _check_ray(cfg: Config) -> None:
                 f"ray.min_finished_workers: {r.min_finished_workers} is not allowed; "
                 f"expected <= executors ({cfg.executors})"
             )
+    server = r.mode == "async_gradients"
+    readers = {  # key: (whether this run reads it, which runs do)
+        "extra_recv_timeout": (r.max_extra_recv_tries > 0, "ray.max_extra_recv_tries > 0 (the time each extra receive waits)"),
+        "max_lag": (
+            r.mode == "async_experience" or (server and r.combine == "average"),
+            "ray.mode 'async_experience', or 'async_gradients' with ray.combine 'average'",
+        ),
+        "combine": (server, "ray.mode 'async_gradients' (the parameter server)"),
+        "hogwild": (server, "ray.mode 'async_gradients' (the parameter server)"),
+        "num_gradients": (server and r.combine == "average", "ray.mode 'async_gradients' with ray.combine 'average'"),
+        "dc_lambda": (server and r.combine == "dc", "ray.mode 'async_gradients' with ray.combine 'dc'"),
+        "dc_history": (
+            server and (r.combine == "dc" or r.promote_best),
+            "ray.mode 'async_gradients' with ray.combine 'dc' or ray.promote_best",
+        ),
+    }
+    run = f"ray.mode {r.mode!r}" + (f", ray.combine {r.combine!r}" if server else "")
+    for key, (read, by) in readers.items():
+        if f"ray.{key}" in changed and not read:
+            raise ConfigError(f"ray.{key}: {getattr(r, key)!r} is not read by this run ({run}); it is read with {by}: remove it")
 
 
 def _check_parameter_server(cfg: Config) -> None:
@@ -864,9 +1050,11 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     if not key:
         raise ConfigError(f"override {item!r} has an empty key")
     try:
-        value = yaml.load(raw, Loader=_Loader) if raw.strip() else ""
+        value = _load_yaml(raw, key) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"{key}: the value is nested too deeply to read") from None
     return key.split("."), value
 
 
@@ -889,9 +1077,13 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader)
+        data = _load_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except ConfigError as e:  # aliases that expand too far
+        raise ConfigError(f"{path}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -553,9 +553,55 @@ def test_ray_settings_out_of_range_are_named(overrides, match):
         load_config(None, ["backend=ray", *overrides])
 
 
-def test_ray_checks_apply_only_to_the_ray_backend():
-    cfg = load_config(None, ["arch=oa", "ray.num_cpus=0"])
-    assert cfg.backend == "local"
+def test_a_ray_key_without_the_ray_backend_is_an_error_naming_it():
+    """Issue 35: a ray key the local backend ignores (pendulum_da3c's async_gradients, trained
+    synchronously with backend=local) is refused, naming it and both ways out."""
+    with pytest.raises(ConfigError, match=r"ray\.num_cpus: a setting of the Ray backend, and backend is 'local'; "
+                                          r"remove it, or set backend: ray"):
+        load_config(None, ["arch=oa", "ray.num_cpus=0.5"])
+    with pytest.raises(ConfigError, match=r"pendulum_da3c\.yaml: ray\.mode: a setting of the Ray backend"):
+        load_config(REPO_ROOT / "configs" / "pendulum_da3c.yaml", ["backend=local"])
+    assert load_config(None, ["ray.mode=sync"]).backend == "local"  # the default value changes nothing
+
+
+@pytest.mark.parametrize(
+    "overrides, key, by",
+    [
+        (["ray.combine=fifo"], "combine", "ray.mode 'async_gradients'"),
+        (["ray.hogwild=true"], "hogwild", "ray.mode 'async_gradients'"),
+        (["ray.max_lag=2"], "max_lag", "ray.mode 'async_experience', or 'async_gradients' with ray.combine 'average'"),
+        (["ray.extra_recv_timeout=0.2"], "extra_recv_timeout", "ray.max_extra_recv_tries > 0"),
+        (["ray.mode=async_experience", "ray.num_gradients=8"], "num_gradients", "ray.mode 'async_gradients'"),
+        (["ray.mode=async_gradients", "ray.num_gradients=8"], "num_gradients", "ray.combine 'average'"),
+        (["ray.mode=async_gradients", "ray.combine=average", "ray.dc_lambda=0.1"], "dc_lambda", "ray.combine 'dc'"),
+        (["ray.mode=async_gradients", "ray.combine=fifo", "ray.dc_history=5"], "dc_history", "ray.promote_best"),
+        (["ray.mode=async_gradients", "ray.max_lag=2"], "max_lag", "with ray.combine 'average'"),
+    ],
+)
+def test_a_ray_key_the_chosen_mode_does_not_read_is_an_error_naming_it(overrides, key, by):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["backend=ray", *overrides])
+    message = str(e.value)
+    assert message.startswith(f"ray.{key}: ") and "is not read by this run" in message and by in message, message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["ray.mode=async_experience", "ray.max_lag=2"],
+        ["ray.mode=async_gradients", "ray.combine=average", "ray.num_gradients=8", "ray.max_lag=2", "ray.hogwild=true"],
+        ["ray.mode=async_gradients", "ray.dc_lambda=0.1", "ray.dc_history=5"],
+        ["ray.mode=async_gradients", "ray.combine=fifo", "ray.promote_best=true", "ray.dc_history=5"],
+        ["ray.min_finished_workers=1", "ray.max_extra_recv_tries=1", "ray.extra_recv_timeout=0.2"],
+    ],
+)
+def test_the_ray_keys_a_mode_reads_are_accepted(overrides):
+    assert load_config(None, ["backend=ray", *overrides]).backend == "ray"
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").rglob("*.yaml")), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_shipped_config_loads_with_its_own_settings(path):
+    load_config(path)
 
 
 # --------------------------------------------------------------------------- fuzzing
@@ -663,3 +709,235 @@ def test_a_bad_run_serve_names_the_key(value):
 def test_a_run_directory_of_an_earlier_release_still_loads():
     cfg = from_dict({"ray": {"status_every": 0.5, "mode": "sync"}, "run": {"window": 5}})
     assert cfg.run.status_every == 0.5 and cfg.run.window == 5
+
+
+# --------------------------------------------------------------------------- YAML aliases (D8)
+
+BOMB = ", ".join(
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x]",
+        *(f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcde", "bcdef")),
+    ]
+)  # each level 9 aliases of the one before: f expands to 9**6 items
+
+
+def test_an_alias_bomb_in_an_override_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^env\.kwargs\.f: 597,871 values once its YAML aliases are expanded; "
+                                          r"expected at most 100,000"):
+        load_config(REPO_ROOT / "configs" / "zoo" / "ppo" / "CartPole-v1.yaml", [f"env.kwargs={{{BOMB}}}"])
+
+
+def test_an_alias_bomb_in_a_file_is_refused_naming_the_file_and_the_key(tmp_path):
+    path = write(tmp_path, "env:\n  kwargs: {" + BOMB + "}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: env.kwargs.f: 597,871 values once its YAML aliases are expanded")
+
+
+def test_a_merge_key_bomb_is_refused(tmp_path):
+    levels = ["a: &a {x: 1, y: 2, z: 3}"]
+    levels += [f"{b}: &{b} {{<<: [{', '.join([f'*{a}'] * 9)}]}}" for a, b in zip("abcdefg", "bcdefgh")]
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.\w\.<<: .* values once its YAML aliases are expanded"):
+        load_config(write(tmp_path, "env:\n  kwargs: {" + ", ".join(levels) + "}\n"))
+
+
+@pytest.mark.parametrize("value", ["&a [*a]", "{b: &a {c: [*a]}}"])
+def test_a_recursive_alias_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^env\.kwargs[.\w\[\]]*: a YAML alias refers to a collection that contains it"):
+        load_config(None, [f"env.kwargs={value}"])
+
+
+def test_a_value_nested_too_deeply_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"^env\.kwargs: the value is nested too deeply to read"):
+        load_config(None, ["env.kwargs={a: " + "[" * 5000 + "]" * 5000 + "}"])
+
+
+def test_small_aliases_still_load(tmp_path):
+    path = write(tmp_path, "model:\n  policy_head: &head [64, 64]\n  value_head: *head\n")
+    cfg = load_config(path, ["env.kwargs={a: &a [1, 2], b: *a}"])
+    assert cfg.model.value_head == [64, 64] and cfg.env.kwargs == {"a": [1, 2], "b": [1, 2]}
+
+
+# --------------------------------------------------------------------------- NaN and inf (D9)
+
+
+def _float_keys(cls, prefix: str = "") -> list[str]:
+    """The dotted keys of ``cls`` whose type takes a float (alone, optional or in a list)."""
+    import dataclasses
+    import typing
+
+    keys = []
+    for f in dataclasses.fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            keys += _float_keys(tp, f"{prefix}{f.name}.")
+        elif "float" in str(tp):
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def _every_float_key() -> list[tuple[str, str]]:
+    from mlxe.algos import ALGORITHMS, config_class
+
+    pairs = [("a3c", key) for key in _float_keys(Config) if not key.startswith("algo.")]
+    pairs += [(name, f"algo.{key}") for name in ALGORITHMS for key in _float_keys(config_class(name))]
+    return pairs
+
+
+@pytest.mark.parametrize("algo, key", _every_float_key())
+def test_every_float_setting_refuses_nan_and_inf_naming_the_key(algo, key):
+    for value in (".nan", ".inf", "-.inf", "2e400"):
+        item = f"{key}=[{value}]" if key.startswith("env.remote.action_") else f"{key}={value}"
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [f"algo.name={algo}", item])
+        assert re.match(rf"{re.escape(key)}(\[0\])?: (nan|inf|-inf) is not allowed; expected a finite number", str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("algo.lr=.nan", "algo.lr: nan is not allowed; expected a finite number"),
+        ("stop.max_wall_seconds=.nan", "stop.max_wall_seconds: nan is not allowed; expected a finite number or null"),
+        ("algo.max_grad_norm=.inf", "algo.max_grad_norm: inf is not allowed; expected a finite number or null"),
+        ("filters.clip=.nan", "filters.clip: nan is not allowed; expected a finite number"),
+        ("run.status_every=.inf", "run.status_every: inf is not allowed; expected a finite number"),
+        ("env.step_timeout=.nan", "env.step_timeout: nan is not allowed; expected a finite number or null"),
+        ("env.step_timeout=.inf", "env.step_timeout: inf is not allowed; expected a finite number or null"),
+        ("run.max_nonfinite=.nan", "run.max_nonfinite: expected int, got nan"),
+        ("algo.lr=1" + "0" * 400, "algo.lr: 1000"),  # an integer beyond float range
+        ("policies={a: {num_gpus: .nan}}", "policies.a.num_gpus: nan is not allowed; expected a finite number"),
+    ],
+)
+def test_nan_and_inf_are_named(item, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(REPO_ROOT / "configs" / "zoo" / "ppo" / "CartPole-v1.yaml", [item])
+    assert message in str(e.value)
+
+
+def test_the_range_helper_refuses_nan():
+    from mlxe.config import check_positive
+
+    with pytest.raises(ConfigError, match=r"^x: nan is not allowed; expected a value > 0"):
+        check_positive("x", float("nan"))
+
+
+# --------------------------------------------------------------------------- sizes and names (D10)
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("rollout.steps=99999999999999999999", "rollout.steps: 99999999999999999999 is not allowed; expected an integer within +-(2**63 - 1)"),
+        ("seed=99999999999999999999", "seed: 99999999999999999999 is not allowed"),
+        ("rollout.steps=200000000", "rollout.steps: 200000000 is not allowed with envs_per_executor 1; expected at most 100,000,000 rows"),
+        ("executors=100000", "executors: 100000 is not allowed; expected 'auto' or an integer in [1, 1024]"),
+        ("torch_threads=5000", "torch_threads: 5000 is not allowed; expected at most 1,024"),
+        ("learner.gradient_workers=2000", "learner.gradient_workers: 2000 is not allowed; expected at most 1,024"),
+        ("envs_per_executor=100000", "envs_per_executor: 100000 is not allowed; expected at most 65,536"),
+        ("env.frame_stack=100000", "env.frame_stack: 100000 is not allowed; expected at most 65,536"),
+        ("model.trunk=[64, 1000000]", "model.trunk: [64, 1000000] is not allowed; expected layer sizes in [1, 65,536]"),
+        ("model.core_size=1000000", "model.core_size: 1000000 is not allowed; expected at most 65,536"),
+        ("model.conv=[[1000000, 3, 1]]", "model.conv[0]: [1000000, 3, 1] is not allowed"),
+        ("icm.hidden=1000000", "icm.hidden: 1000000 is not allowed; expected at most 65,536"),
+        ("memory.capacity_per_executor=1000000000", "memory.capacity_per_executor: 1000000000 is not allowed; expected at most 100,000,000 rows"),
+        ("run.status_every=1e9", "run.status_every: 1000000000.0 is not allowed; expected at most 31,536,000 seconds"),
+        ("stop.max_wall_seconds=1e12", "stop.max_wall_seconds: 1000000000000.0 is not allowed; expected at most 31,536,000"),
+        ("env.step_timeout=1e12", "env.step_timeout: 1000000000000.0 is not allowed; expected at most 31,536,000"),
+    ],
+)
+def test_sizes_beyond_their_bound_name_the_key_and_the_bound(item, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [item])
+    assert str(e.value).startswith(message), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "algo, key",
+    [("dqn", "buffer_size"), ("dqn", "batch_size"), ("ddpg", "buffer_size"), ("sac", "batch_size"), ("ppo", "batch_size"),
+     ("a3c", "batch_size"), ("a3c", "sequence_length"), ("trpo", "vf_batch_size")],
+)
+def test_an_algorithms_array_sizes_are_bounded(algo, key):
+    with pytest.raises(ConfigError, match=rf"^algo\.{key}: 1000000000 is not allowed; expected at most 100,000,000 rows"):
+        load_config(None, [f"algo.name={algo}", f"algo.{key}=1000000000"])
+
+
+def test_the_bounds_themselves_are_allowed():
+    cfg = load_config(None, ["executors=1024", "envs_per_executor=65536", "rollout.steps=1000", "model.trunk=[65536]"])
+    assert cfg.executors == 1024 and cfg.envs_per_executor == 65536
+
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "..", ".hidden", "-x", "", "a b", "x" * 101, "é" * 51, "run\x00"])
+def test_a_name_that_is_not_one_safe_file_name_is_refused(name):
+    with pytest.raises(ConfigError, match=r"^name: .* is not allowed; expected up to 100 bytes of letters, digits"):
+        load_config(None, [f"name={name!r}" if name else "name=''"])
+
+
+@pytest.mark.parametrize("name", ["cartpole_ppo", "my.run", "1.5", "a2c-seed0", "x" * 100, "lr+clip", "é" * 50,
+                                  "tests.envs.catch:catch_ppo"])
+def test_file_name_safe_names_are_accepted(name):
+    assert load_config(None, [f"name='{name}'"]).name == name
+
+
+# --------------------------------------------------------------------------- model keys the network does not read
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.encoder=mlp", "model.conv=[[16, 3, 1]]"], "model.conv: [[16, 3, 1]] is not read: the encoder is 'mlp'"),
+        (["model.encoder=onehot", "model.conv=[[16, 3, 1]]"], "model.conv: [[16, 3, 1]] is not read: the encoder is 'onehot'"),
+        (["model.encoder=impala_cnn", "model.conv=[[16, 3, 1]]"], "model.conv: [[16, 3, 1]] is not read: the encoder is 'impala_cnn'"),
+        (["model.impala_channels=[8]"], "model.impala_channels: [8] is not read: the encoder is 'auto'; set model.encoder: impala_cnn"),
+        (["model.encoder=cnn", "model.impala_channels=[8]"], "model.impala_channels: [8] is not read: the encoder is 'cnn'"),
+    ],
+)
+def test_a_model_key_the_configured_encoder_does_not_read_is_an_error(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_model_keys_the_configured_encoder_reads_are_accepted():
+    assert load_config(None, ["model.encoder=impala_cnn", "model.impala_channels=[8]"]).model.impala_channels == [8]
+    for encoder in ("auto", "cnn", "concat"):
+        assert load_config(None, [f"model.encoder={encoder}", "model.conv=[[16, 3, 1]]"]).model.conv == [[16, 3, 1]]
+    assert load_config(None, ["model.custom=m:Net", "model.encoder=mlp", "model.conv=[[16, 3, 1]]"]).model.custom == "m:Net"
+
+
+def _spec(space, actions, *overrides):
+    from mlxe.models.actor_critic import net_spec
+
+    return net_spec(load_config(None, ["algo.name=ppo", *overrides]), space, actions)
+
+
+@pytest.mark.parametrize(
+    "observation, actions, overrides, message",
+    [
+        ("flat", 2, ["model.std=softplus"], "model.std: 'softplus' is not read: the actions are Discrete"),
+        ("flat", 2, ["model.log_std_init=-1.0"], "model.log_std_init: -1.0 is not read: the actions are Discrete"),
+        ("flat", 2, ["model.conv=[[16, 3, 1]]"],
+         "model.conv: [[16, 3, 1]] is not read: the encoder is 'mlp', which model.encoder 'auto' picked for this observation space"),
+        ("dict", 2, ["model.conv=[[16, 3, 1]]"], "model.conv: [[16, 3, 1]] is not read: the encoder is 'concat'"),
+    ],
+)
+def test_a_model_key_the_environment_leaves_unread_is_an_error_when_the_network_is_made(observation, actions, overrides, message):
+    gymnasium = pytest.importorskip("gymnasium")
+    space = {
+        "flat": gymnasium.spaces.Box(-1, 1, (4,)),
+        "dict": gymnasium.spaces.Dict({"a": gymnasium.spaces.Box(-1, 1, (3,)), "b": gymnasium.spaces.Discrete(2)}),
+    }[observation]
+    with pytest.raises(ConfigError) as e:
+        _spec(space, actions, *overrides)
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_model_keys_the_environment_reads_are_accepted():
+    import numpy as np
+
+    gymnasium = pytest.importorskip("gymnasium")
+    box = gymnasium.spaces.Box(-2, 2, (1,))
+    assert _spec(gymnasium.spaces.Box(-1, 1, (3,)), box, "model.std=softplus", "model.log_std_init=-1.0").std == "softplus"
+    image = gymnasium.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    assert _spec(image, 2, "model.conv=[[16, 3, 1]]").encoder == "cnn"
+    parts = gymnasium.spaces.Dict({"a": image, "b": gymnasium.spaces.Box(-1, 1, (3,))})
+    assert _spec(parts, 2, "model.conv=[[16, 3, 1]]").encoder == "concat"

@@ -43,7 +43,7 @@ from numbers import Integral
 
 import numpy as np
 
-from mlxe.config import ConfigError
+from mlxe.config import ConfigError, check_model_reads
 from mlxe.models.noisy import NumpyNoisyLinear
 
 MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
@@ -515,6 +515,8 @@ def net_spec(cfg, observation_space, actions) -> NetSpec:
     if encoder == "auto":
         encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
     check_encoder(encoder, m.custom, shape, categories, parts, observation_space)
+    image = len(shape) == 3 or any(len(part) == 3 for part, _ in parts)
+    check_model_reads(m, encoder, discrete=not box, image=image)  # keys this environment leaves unread
     channels_last = m.channels_last
     if channels_last is None:
         channels_last = len(shape) == 3 and shape[-1] < shape[0]  # [H, W, C]: the channels are the short axis

@@ -84,7 +84,9 @@ def test_env_spaces_and_net_spec_of_a_box_action_space(tmp_path):
     assert spec.continuous and spec.n_actions == 1
     assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
     assert spec.std == "softplus" and spec.log_std_init == -1.5
-    assert not net_spec(cfg, gymnasium.spaces.Box(-1, 1, (4,)), 2).continuous
+    assert not net_spec(pendulum_config(tmp_path), gymnasium.spaces.Box(-1, 1, (4,)), 2).continuous
+    with pytest.raises(ConfigError, match="model.std"):  # a Gaussian's settings on Discrete actions
+        net_spec(cfg, gymnasium.spaces.Box(-1, 1, (4,)), 2)
 
 
 @pytest.mark.parametrize(
