@@ -8,14 +8,20 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mlxe.config import Config, ConfigError, from_dict, load_config, read_yaml
 
-__all__ = ["train", "evaluate", "load_config", "TrainResult"]
+__all__ = ["train", "evaluate", "load_config", "TrainResult", "RunStopped"]
+
+
+class RunStopped(RuntimeError):
+    """The run could not go on for a reason outside it (e.g. a full disk); the message says why and
+    what was kept."""
 
 
 @dataclass
@@ -47,6 +53,7 @@ def train(
     to continue from its last checkpoint (its own config, plus ``overrides``, e.g. a larger budget).
     ``progress``: force the live display on or off (default: ``run.progress``).
     """
+    from mlxe.algos.optim import NonFiniteError
     from mlxe.runtime.checkpoints import CheckpointError
     from mlxe.runtime.trainer import Trainer, new_run_dir
     from mlxe.runtime.transport.workers import WorkerFailed
@@ -67,10 +74,25 @@ def train(
         try:
             with _simulators(cfg, trainer):  # closed as soon as training stops: the simulators are told at once
                 reason = _run(cfg, trainer)
-        except (WorkerFailed, CheckpointError) as e:
+        except (WorkerFailed, CheckpointError, NonFiniteError) as e:
             trainer.stop_clock()
             trainer.summary("error", error=str(e))
             raise
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: no final checkpoint, but say so
+            trainer.stop_clock()
+            trainer.summary("aborted", error="aborted by a second Ctrl-C or SIGTERM; the newest periodic checkpoint is kept")
+            raise
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            trainer.stop_clock()
+            message = (
+                f"no space left to write {e.filename or trainer.run_dir}: the run stopped; its newest checkpoint "
+                f"in {trainer.checkpoints.path} is kept (mlxe train --resume {trainer.run_dir} once there is room)"
+            )
+            with suppress(OSError):  # the disk may still be full
+                trainer.summary("error", error=message)
+            raise RunStopped(message) from None
         trainer.stop_clock()
         evaluation = evaluation_last = None
         if cfg.run.eval_after > 0 and trainer.checkpoint_path.exists():
@@ -154,7 +176,7 @@ def evaluate(
     """
     from mlxe.algos import for_config
     from mlxe.envs.filters import Filters
-    from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint
+    from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.evaluation import evaluate_vectorized
     from mlxe.runtime.setup import problem_spec
 
@@ -167,8 +189,9 @@ def evaluate(
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
     path = checkpoint_file(source, last)
-    state = load_checkpoint(path)
     spec = problem_spec(config)
+    state = load_checkpoint(path, expect=run_identity(config, spec))
+    check_finite_weights(path, state)  # a NaN model would play and report numbers as if it were fine
     seed = config.seed if seed is None else seed
     policy = for_config(config).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())

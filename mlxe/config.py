@@ -674,6 +674,11 @@ def _check_remote(cfg: Config) -> None:
                 f"env.{key}: not a setting of remote simulators (env.api 'remote'); the simulators make their "
                 "environments and end their episodes, env.remote declares their spaces"
             )
+    if cfg.env.step_timeout != env_defaults.step_timeout:
+        raise ConfigError(
+            "env.step_timeout: not a setting of remote simulators (env.api 'remote'); a simulator that sends no "
+            "step is timed by env.remote.step_timeout"
+        )
     if cfg.env.task.enabled:
         raise ConfigError("env.task.enabled: the CartPole task is a Gymnasium environment, not env.api 'remote'")
     if not r.observation_shape or min(r.observation_shape) < 1:

@@ -231,8 +231,9 @@ class Algorithm(ABC):
         share the run's updates)."""
         raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
 
-    def apply_gradients(self, grad: np.ndarray) -> None:
-        """One optimizer step with ``grad`` [P] (combined from the workers') as the gradient."""
+    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
+        """One optimizer step with ``grad`` [P] (combined from the workers') as the gradient;
+        ``progress`` as in :meth:`update` (for annealed schedules)."""
         raise NotImplementedError(f"{type(self).__name__} cannot apply gradients")
 
     def server_iteration(self, episodes: int) -> dict[str, float]:

@@ -48,7 +48,7 @@ def test_summary_wall_time_excludes_the_final_evaluation(tmp_path, capsys):
     rc = main(["train", "configs/cartpole_a3c.yaml", f"run.dir={tmp_path}", "stop.max_episodes=4", "executors=2",
                "start_method=fork", "model.trunk=[16]", "model.policy_head=[16]", "model.value_head=[16]",
                "run.tensorboard=false", "run.eval_after=3", "env.task.enabled=false",
-               "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 15000}", "--no-progress"])
+               "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 15000, scale: 1.0e-4}", "--no-progress"])
     assert rc == 0
     run_dir = next(tmp_path.iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -116,6 +116,6 @@ def test_a_file_that_is_not_an_mlxe_checkpoint_is_a_one_line_error(tmp_path, cap
     torch.save({"format": -1}, run_dir / "checkpoints" / "last.pt")
     assert main(["eval", str(run_dir)]) == 2
     assert capsys.readouterr().err == (
-        f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'}: checkpoint format -1; this MLxE reads format 4\n")
+        f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'}: checkpoint format -1; this MLxE reads formats 4, 5\n")
     assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
     assert "no valid checkpoint to resume from:\n  " in capsys.readouterr().err

@@ -32,7 +32,7 @@ import numpy as np
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import LOG_SQRT_2PI, log_prob_entropy
-from mlxe.algos.optim import Deferred
+from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.algos.returns import gae
 from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm as AlgorithmBase
@@ -41,8 +41,11 @@ from mlxe.exploration import log_softmax
 from mlxe.models.actor_critic import NetSpec, acting_network, share_flat
 from mlxe.models.backprop import Backprop
 
-# The NumPy gradient must match autograd's to this relative (L2) error; float32 rounding gives ~1e-7.
-BACKPROP_TOLERANCE = 1e-4
+# The NumPy gradient (and loss) must match autograd's to this relative error, both computed in
+# float64: a faithful loss_grad differs only by its float32 constants (1/n, coefficients: ~1e-7
+# at most), an edited loss by far more.
+BACKPROP_TOLERANCE = 1e-5
+BACKPROP_ADVICE = "Set algo.backprop=autograd to train the loss as written, or update loss_grad to match it."
 
 
 @dataclass
@@ -238,6 +241,7 @@ class A2C(AlgorithmBase):
         self.backprop = self.make_backprop()
         self.backprop_checked = False
         self.optimizer = Deferred(self.make_optimizer)
+        self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.rng = np.random.default_rng(seed)
         self.epochs, self.minibatch = self.passes()
         self.observed: list[dict[str, np.ndarray]] = []  # training rows of the segments since the last update
@@ -405,7 +409,7 @@ class A2C(AlgorithmBase):
                     self.curiosity.step(obs, mb["next_obs"], mb["action"])
                 self.updates += 1
         means = np.mean(stats, axis=0).tolist() if numpy else torch.stack(stats).mean(0).tolist()
-        info = dict(zip((*STATS, "grad_norm"), means), lr=lr)
+        info = dict(zip((*STATS, "grad_norm"), means), lr=lr, nonfinite_steps=self.finite.skipped)
         return info if self.curiosity is None else info | self.curiosity.metrics()
 
     def gather(self) -> dict[str, np.ndarray]:
@@ -476,10 +480,10 @@ class A2C(AlgorithmBase):
             grad_norm = float(np.sqrt(np.dot(grad, grad)))
             if grad_norm + 1e-6 > self.max_grad_norm:  # as torch.nn.utils.clip_grad_norm_
                 grad *= np.float32(self.max_grad_norm / (grad_norm + 1e-6))
-            self.optimizer.step()
+            self.finite.step(self.optimizer, grad_norm)
             return [*terms, grad_norm]
         grad_norm = torch.nn.utils.clip_grad_norm_([self.flat], self.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        self.finite.step(self.optimizer, grad_norm)
         return torch.stack([*(torch.as_tensor(t, device=self.device) for t in terms), grad_norm])
 
     def shared_gradient(self, mb: dict, clip: float | None, progress: float) -> list[float]:
@@ -525,10 +529,16 @@ class A2C(AlgorithmBase):
     def check_backprop(self, batch: dict[str, np.ndarray], clip: float | None) -> None:
         """Compare the NumPy gradient of one minibatch with autograd of ``loss``; raise on a mismatch.
 
-        The behaviour log-probabilities and old values are jittered first, so that the ratio and
-        value clipping are active where the loss has them (on the first update the ratio is exactly
-        1 and would hide an edit there). Nothing is stepped.
+        Both sides run in float64 on copies of the weights and the minibatch: in float32 the rounding
+        of a trained network's small, cancelling gradient alone can exceed any tolerance that still
+        catches an edit, while in float64 a faithful ``loss_grad`` agrees but for the rounding of its
+        float32 constants (:data:`BACKPROP_TOLERANCE`). The behaviour
+        log-probabilities and old values are jittered first, so that the ratio and value clipping
+        are active where the loss has them (on the first update the ratio is exactly 1 and would
+        hide an edit there). Nothing is stepped, and the run's weights are not touched.
         """
+        import copy
+
         import torch
 
         size = len(batch["action"]) if self.minibatch is None else min(self.minibatch, len(batch["action"]))
@@ -536,21 +546,41 @@ class A2C(AlgorithmBase):
         mb = {k: v[:size].copy() for k, v in batch.items()}
         mb["logp"] += rng.normal(0.0, 0.3, size).astype(np.float32)
         mb["value"] += rng.normal(0.0, 0.3, size).astype(np.float32)
-        mb = self.prepare(mb)
-        self.numpy_gradient(mb, clip)
-        numpy_grad = self.backprop.grads.flat.copy()
-        self.flat.grad.zero_()
-        loss, _ = self.loss({k: torch.as_tensor(v) for k, v in mb.items()}, clip)
-        loss.backward()
-        autograd = self.flat.grad.numpy().copy()
-        self.flat.grad.zero_()
-        error = float(np.linalg.norm(numpy_grad - autograd) / max(np.linalg.norm(autograd), 1e-12))
-        if not error <= BACKPROP_TOLERANCE:
-            name = type(self).__name__
+        mb = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in self.prepare(mb).items()}
+
+        flat = self.flat.detach().numpy().astype(np.float64)
+        numpy = Backprop(self.spec, flat, np.zeros_like(flat))
+        head, value, cache = numpy.forward(mb["obs"])
+        logp, entropy, policy_vjp = numpy.log_prob_entropy(head, mb["action"])
+        stats, d_logp, d_entropy, d_value = self.loss_grad(logp, entropy, value, mb, clip)
+        numpy.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
+
+        main, self.main = self.main, copy.deepcopy(self.main).double()
+        try:
+            loss, _ = self.loss({k: torch.as_tensor(v) for k, v in mb.items()}, clip)
+            params = list(self.main.named_parameters())
+            grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+        finally:
+            self.main = main
+        name, value = type(self).__name__, loss.item()
+        if not abs(value - stats[0]) <= BACKPROP_TOLERANCE * max(abs(value), 1.0):
             raise RuntimeError(
-                f"algo.backprop: {name}'s hand-derived gradient (loss_grad) differs from autograd of its loss by "
-                f"{error:.2e} (relative) on the first minibatch: loss and loss_grad no longer agree. Set "
-                "algo.backprop=autograd to train the loss as written, or update loss_grad to match it."
+                f"algo.backprop: {name}'s loss_grad computes the loss as {stats[0]:.6g}, its loss as {value:.6g} "
+                f"on the first minibatch (float64): loss and loss_grad no longer agree. {BACKPROP_ADVICE}"
+            )
+        errors, offset = {}, 0
+        total = max(float(np.linalg.norm(numpy.grads.flat)), 1e-12)
+        for (key, p), g in zip(params, grads):
+            mine = numpy.grads.flat[offset : offset + p.numel()]
+            offset += p.numel()
+            theirs = np.zeros_like(mine) if g is None else g.detach().numpy().ravel()
+            errors[key] = float(np.linalg.norm(mine - theirs)) / total
+        key, error = max(errors.items(), key=lambda item: item[1])
+        if not error <= BACKPROP_TOLERANCE:
+            raise RuntimeError(
+                f"algo.backprop: {name}'s hand-derived gradient (loss_grad) differs from autograd of its loss on the "
+                f"first minibatch (float64), most in {key!r} (an error of {error:.2e} relative to the "
+                f"gradient's norm), while both compute the loss as {value:.6g}. {BACKPROP_ADVICE}"
             )
         self.backprop_checked = True
 
@@ -583,16 +613,19 @@ class A2C(AlgorithmBase):
         stats = torch.stack([loss.detach(), *(t.detach() for t in terms[:3]), grad_norm]).tolist()
         return self.flat.grad.cpu().numpy().copy(), dict(zip(("loss", "value_loss", "policy_loss", "entropy", "grad_norm"), stats))
 
-    def apply_gradients(self, grad: np.ndarray) -> None:
+    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
         import torch
 
+        lr, _ = self.schedule(progress)  # annealed per update, as update() does per iteration
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         with torch.no_grad():
             self.flat.grad.copy_(torch.tensor(grad, dtype=torch.float32))  # a copy: Ray's replies are read-only
-        self.optimizer.step()
+        self.finite.step(self.optimizer, float(np.linalg.norm(grad)))
         self.updates += 1
 
     def server_iteration(self, episodes: int) -> dict[str, float]:
-        return {"lr": self.optimizer.param_groups[0]["lr"]}
+        return {"lr": self.optimizer.param_groups[0]["lr"], "nonfinite_steps": self.finite.skipped}
 
     def adopt(self, weights: np.ndarray) -> None:
         import torch

@@ -39,9 +39,9 @@ import numpy as np
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.distributions import categorical
-from mlxe.algos.optim import Deferred
+from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.algos.returns import discounted_returns, nstep_returns
-from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.exploration import Greedy, make_exploration, softmax
@@ -94,6 +94,8 @@ class Config(AlgoConfig):
             key = "filters.obs" if cfg.filters.obs else "filters.reward"
             raise ConfigError(f"{key}: not supported by algo.name 'a3c' (its replay stores raw steps); set it to false")
         check_positive("algo.batch_size", self.batch_size)
+        for key in ("batch_size", "sequence_length"):
+            check_at_most(f"algo.{key}", getattr(self, key), MAX_ROWS, " rows")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ConfigError(f"algo.lr_decay: {self.lr_decay!r} is not allowed; expected a value in (0, 1]")
         if self.td_n is not None and self.td_n < 1:
@@ -277,6 +279,7 @@ class A3C(Algorithm):
         self.device = resolve_device(cfg.device)
         self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
         self.optimizer = Deferred(lambda: torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True))
+        self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
         self.replay = EpisodeReplay(
             cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed,
@@ -438,6 +441,7 @@ class A3C(Algorithm):
             return {}
         info = dict(zip(LOSS_STATS, torch.stack(stats).mean(dim=0).tolist()))  # one read of the device
         info["lr"] = self.optimizer.param_groups[0]["lr"]
+        info["nonfinite_steps"] = self.finite.skipped
         if self.best is not None:
             info["promotions"] = self.promotions
         return info if self.curiosity is None else info | self.curiosity.metrics()
@@ -453,7 +457,7 @@ class A3C(Algorithm):
         loss.backward()
         max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
-        self.optimizer.step()
+        self.finite.step(self.optimizer, grad_norm)
         if self.curiosity is not None:  # on the same transitions
             rows = batch["mask"] if self.spec.recurrent else slice(None)
             self.curiosity.step(batch["obs"][rows], batch["next_obs"][rows], batch["action"][rows])
@@ -495,21 +499,22 @@ class A3C(Algorithm):
         stats = torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm]).tolist()
         return grad, dict(zip(LOSS_STATS, stats))
 
-    def apply_gradients(self, grad: np.ndarray) -> None:
+    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
         import torch
 
+        # progress is unused: A3C's learning rate decays by run-wide episodes (server_iteration)
         flat = torch.tensor(grad, dtype=torch.float32, device=self.device)  # a copy: Ray's replies are read-only
         offset = 0
         for p in self.main.parameters():
             p.grad = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        self.optimizer.step()
+        self.finite.step(self.optimizer, float(np.linalg.norm(grad)))
         self.updates += 1
 
     def server_iteration(self, episodes: int) -> dict[str, float]:
         self.episodes = episodes
         self.decay_learning_rate()
-        return {"lr": self.learning_rate(episodes)}
+        return {"lr": self.learning_rate(episodes), "nonfinite_steps": self.finite.skipped}
 
     def adopt(self, weights: np.ndarray) -> None:
         import torch

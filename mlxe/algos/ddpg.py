@@ -31,8 +31,8 @@ import numpy as np
 
 from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.optim import Deferred
-from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.algos.optim import Deferred, FiniteSteps
+from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.exploration import make_action_noise
 from mlxe.memory.transitions import TransitionReplay
@@ -73,6 +73,8 @@ class OffPolicyConfig(AlgoConfig):
             raise ConfigError(f"algo.l2_decay: {self.l2_decay!r} is not allowed; expected a value >= 0")
         for key in ("actor_lr", "critic_lr", "batch_size", "buffer_size", "updates_per_step", "n_step", "policy_delay"):
             check_positive(f"algo.{key}", getattr(self, key))
+        for key in ("batch_size", "buffer_size"):
+            check_at_most(f"algo.{key}", getattr(self, key), MAX_ROWS, " rows")
         if self.learning_starts < 0:
             raise ConfigError(f"algo.learning_starts: {self.learning_starts!r} is not allowed; expected >= 0")
         if not 0.0 < self.tau <= 1.0:
@@ -234,6 +236,7 @@ class DDPG(Algorithm):
         self.captured = a.cuda_graph and self.device.type == "cuda"
         self.actor_optimizer = self.adam(self.actor.parameters, a.rate("actor"))
         self.critic_optimizer = self.adam(self.critic.parameters, a.rate("critic"))
+        self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.graph = CapturedStep(self.gradient_step, self.device) if self.captured else None
         self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
         self.rng = np.random.default_rng(seed)
@@ -305,7 +308,7 @@ class DDPG(Algorithm):
         if actor_stats:  # one device read for the whole call
             names = ("actor_loss", *self.actor_stat_names())
             info |= dict(zip(names, torch.stack(actor_stats).mean(0).tolist()))
-        return info | {"lr": self.algo.rate("critic"), "replay": len(self.replay)}
+        return info | {"lr": self.algo.rate("critic"), "replay": len(self.replay), "nonfinite_steps": self.finite.skipped}
 
     def gradient_step(self, batch: dict, actor_turn: bool):
         """One critic step on a replay batch ({field: tensor [B, ...]} on the device, actions as the
@@ -339,9 +342,8 @@ class DDPG(Algorithm):
         params = optimizer.param_groups[0]["params"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward(inputs=params)
-        if self.algo.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
-        optimizer.step()
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+        self.finite.step(optimizer, torch.nn.utils.clip_grad_norm_(params, max_norm))
 
     def soft_update(self) -> None:
         """theta' <- tau theta + (1 - tau) theta' for every target network."""

@@ -33,8 +33,8 @@ import numpy as np
 from mlxe.algos.a2c import sample_categorical
 from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.optim import Deferred
-from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.algos.optim import Deferred, FiniteSteps
+from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.memory.transitions import TransitionReplay
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
@@ -74,6 +74,8 @@ class Config(AlgoConfig):
             )
         for key in ("batch_size", "buffer_size", "updates_per_step", "n_step", "target_period", "exploration_steps"):
             check_positive(f"algo.{key}", getattr(self, key))
+        for key in ("batch_size", "buffer_size"):
+            check_at_most(f"algo.{key}", getattr(self, key), MAX_ROWS, " rows")
         if self.learning_starts < 0:
             raise ConfigError(f"algo.learning_starts: {self.learning_starts!r} is not allowed; expected >= 0")
         for key in ("tau", "epsilon_start", "epsilon_end", "priority_alpha", "priority_beta"):
@@ -194,6 +196,7 @@ class DQN(Algorithm):
         self.optimizer = Deferred(
             lambda: torch.optim.Adam(self.main.parameters(), lr=a.lr, fused=True, capturable=captured)
         )
+        self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.graph = CapturedStep(self.gradient_step, self.device) if captured else None
         self.replay = TransitionReplay(
             spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step,
@@ -259,7 +262,7 @@ class DQN(Algorithm):
             stats.append(out[:3])
         loss, q, grad_norm = torch.stack(stats).mean(0).tolist()  # one device read for the whole call
         return {
-            "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr,
+            "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr, "nonfinite_steps": self.finite.skipped,
             "epsilon": epsilon(self.algo, self.replay.env_steps), "replay": len(self.replay),
         }
 
@@ -274,7 +277,7 @@ class DQN(Algorithm):
         loss.backward()
         max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
-        self.optimizer.step()
+        self.finite.step(self.optimizer, grad_norm)
         if target_turn:
             self.update_target()
         return torch.cat([torch.stack([loss.detach(), q, grad_norm]), td])

@@ -1,4 +1,4 @@
-"""Optimizers built on first use.
+"""Optimizers built on first use, and optimizer steps that skip non-finite gradients.
 
 Building any torch optimizer imports ``torch._dynamo`` (torch decorates ``add_param_group``), about
 a second of a run's start-up. A Learner holds :class:`Deferred` optimizers instead, so that second
@@ -7,6 +7,7 @@ passes while the Executors play their first segments rather than before them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,3 +28,47 @@ class Deferred:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.built(), name)
+
+
+class NonFiniteError(RuntimeError):
+    """Learning met non-finite numbers it cannot go on from; the message says where."""
+
+
+class FiniteSteps:
+    """Optimizer steps that never apply a non-finite gradient.
+
+    A step whose gradient norm is NaN or infinite (a loss that overflowed, a gradient that
+    exploded) is skipped: the weights and the optimizer's moments stay as they were, and the step
+    is counted in ``skipped``. ``limit`` skipped steps in a row raise :class:`NonFiniteError`
+    naming ``owner``: the run stops with its last good checkpoint instead of training on NaN.
+    Reading the norm costs one device synchronization per step on a GPU; a step being captured
+    into a CUDA graph cannot branch, so it is applied as it is (the schedule's check of the
+    published weights stops such a run instead).
+    """
+
+    def __init__(self, limit: int, owner: str) -> None:
+        self.limit, self.owner = limit, owner
+        self.skipped = 0  # in all
+        self.in_a_row = 0
+
+    def step(self, optimizer, grad_norm) -> bool:
+        """``optimizer.step()`` unless ``grad_norm`` (a float or a 0-d tensor) is not finite;
+        returns whether it stepped."""
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            optimizer.step()
+            return True
+        if math.isfinite(float(grad_norm)):
+            optimizer.step()
+            self.in_a_row = 0
+            return True
+        self.skipped += 1
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit:
+            raise NonFiniteError(
+                f"{self.owner}: {self.in_a_row} gradient steps in a row had a non-finite loss or gradient (norm "
+                f"{float(grad_norm)}), each skipped (run.max_nonfinite={self.limit}); the weights were left as they "
+                "were. Lower algo.lr or set algo.max_grad_norm, or check the rewards' and observations' scale"
+            )
+        return False

@@ -24,7 +24,7 @@ import numpy as np
 from mlxe.algos.a2c import A2C, value_loss_grad
 from mlxe.algos.a2c import Config as A2CConfig
 from mlxe.algos.distributions import log_prob_entropy
-from mlxe.config import ConfigError, check_positive
+from mlxe.config import MAX_ROWS, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm as AlgorithmBase
 
 
@@ -47,6 +47,7 @@ class Config(A2CConfig):
         super().check(cfg)
         for key in ("batch_size", "epochs", "clip", "clip_value"):
             check_positive(f"algo.{key}", getattr(self, key))
+        check_at_most("algo.batch_size", self.batch_size, MAX_ROWS, " rows")
         if self.clip >= 1.0:
             raise ConfigError(f"algo.clip: {self.clip!r} is not allowed; expected a value in (0, 1)")
 

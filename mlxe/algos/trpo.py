@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mlxe.algos.a2c import A2C
 from mlxe.algos.distributions import kl_divergence, log_prob_entropy
-from mlxe.config import AlgoConfig, ConfigError, check_positive
+from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm as AlgorithmBase
 
 
@@ -56,6 +56,7 @@ class Config(AlgoConfig):
             )
         for key in ("cg_iters", "line_search_steps", "vf_iters", "vf_batch_size"):
             check_positive(f"algo.{key}", getattr(self, key))
+        check_at_most("algo.vf_batch_size", self.vf_batch_size, MAX_ROWS, " rows")
         if self.cg_damping < 0:
             raise ConfigError(f"algo.cg_damping: {self.cg_damping!r} is not allowed; expected a value >= 0")
         m = cfg.model
@@ -132,7 +133,7 @@ class TRPO(A2C):
         info = self.policy_step(batch)
         info["value_loss"] = self.fit_value(batch)
         self.updates += 1
-        return info | {"lr": self.algo.lr}
+        return info | {"lr": self.algo.lr, "nonfinite_steps": self.finite.skipped}
 
     def policy_step(self, b: dict) -> dict[str, float]:
         import torch
@@ -191,9 +192,8 @@ class TRPO(A2C):
                 grads = torch.autograd.grad(loss, params)
                 for p, grad in zip(params, grads):
                     p.grad = grad
-                if self.algo.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
-                self.optimizer.step()
+                max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+                self.finite.step(self.optimizer, torch.nn.utils.clip_grad_norm_(params, max_norm))
                 losses.append(loss.detach())
         return float(torch.stack(losses).mean())
 

@@ -30,10 +30,11 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
 def as_float(obs: torch.Tensor) -> torch.Tensor:
-    """Observations as float32 (in their memory format): uint8 scaled by 1/255, other dtypes cast."""
+    """Observations as floats (in their memory format): uint8 scaled by 1/255 to float32, integers and
+    bools cast to float32, floats kept (float32 as stored; float64 in the float64 gradient check)."""
     if obs.dtype == torch.uint8:
         return obs.float().mul_(1 / 255)
-    return obs.float()
+    return obs if obs.is_floating_point() else obs.float()
 
 
 class Flat(nn.Module):

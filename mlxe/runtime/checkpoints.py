@@ -12,6 +12,10 @@ A run's ``checkpoints/`` folder (:class:`CheckpointDir`) holds ``last.pt`` (the 
 A new ``last.pt`` is written to a temporary file first, so a crash at any moment leaves the
 previous ones intact; ``--resume`` continues from the newest one that verifies
 (:meth:`CheckpointDir.resume`), moving unreadable ones aside as ``*.corrupt`` and saying so.
+
+A checkpoint names the run it belongs to (``run``: the algorithm and the weight count). Loading one
+into a run (``--resume``, ``mlxe eval``) compares it with the run's config, so that a checkpoint of
+another run is an error naming what differs rather than a traceback from deep inside the model.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 4  # the layout version; a checkpoint of another one is refused
+FORMAT = 5  # the layout version written; 5 added ``run`` (the identity of the run that wrote it)
+READABLE = (4, 5)  # the versions loaded; a format 4 checkpoint is compared by its weight count only
 _ROTATED = re.compile(r"iter-(\d+)\.pt")
 
 
@@ -123,17 +128,21 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | Path) -> dict:
+def load_checkpoint(path: str | Path, expect: dict | None = None) -> dict:
     """The verified content of checkpoint file ``path``, or of a run directory's ``last.pt``.
 
-    Raises FileNotFoundError when there is no such file and :class:`CheckpointError` when it is
-    truncated, corrupted, edited or not an MLxE checkpoint of this format.
+    ``expect``: the identity of the run it is loaded into (:func:`run_identity`), compared with the
+    checkpoint's. Raises FileNotFoundError when there is no such file and :class:`CheckpointError`
+    when it is truncated, corrupted, edited, not an MLxE checkpoint of a readable format, or (with
+    ``expect``) another run's.
     """
     import torch
 
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and path.suffix != ".pt":  # a run directory (a last.pt that is a folder is an error)
         path = path / "checkpoints" / "last.pt"
+    if path.is_dir():
+        raise CheckpointError(path, "is a directory, not a checkpoint file")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
@@ -141,14 +150,84 @@ def load_checkpoint(path: str | Path) -> dict:
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(path, f"cannot be read, the file is truncated or corrupted ({reason})") from None
+    readable = f"this MLxE reads formats {', '.join(map(str, READABLE))}"
     if not isinstance(state, dict) or "format" not in state:
-        raise CheckpointError(path, f"not an MLxE checkpoint (format {FORMAT})")
-    if state["format"] != FORMAT:
-        raise CheckpointError(path, f"checkpoint format {state['format']!r}; this MLxE reads format {FORMAT}")
+        raise CheckpointError(path, f"not an MLxE checkpoint (no format version; {readable})")
+    version = state["format"]
+    if type(version) is not int:  # not a bool, nor a tensor (whose != has no single truth value)
+        raise CheckpointError(path, f"not an MLxE checkpoint (its format is a {type(version).__name__}, not a version number)")
+    if version not in READABLE:
+        raise CheckpointError(path, f"checkpoint format {version}; {readable}")
     checksum = state.pop("checksum", None)
     if checksum != content_digest(state):
         raise CheckpointError(path, "checksum mismatch: the file was corrupted or modified after it was written")
+    _check_layout(path, state)
+    if expect is not None:
+        check_identity(path, state, expect)
     return state
+
+
+def _check_layout(path: Path, state: dict) -> None:
+    """What every reader of a checkpoint relies on is there (a checksum proves integrity, not that
+    the writer was MLxE)."""
+    import torch
+
+    problems = [f"no {key!r}" for key in ("trainer", "weights") if key not in state]
+    if not problems:
+        if not isinstance(state["trainer"], dict) or not isinstance(state["trainer"].get("iteration"), int):
+            problems.append("'trainer' without an iteration")
+        weights = state["weights"]
+        if not (isinstance(weights, torch.Tensor) and weights.dim() == 1 and weights.is_floating_point()):
+            problems.append("'weights' is not a vector of numbers")
+        if state["format"] >= 5:
+            run = state.get("run")
+            if not (isinstance(run, dict) and isinstance(run.get("algorithm"), str) and isinstance(run.get("weights"), int)):
+                problems.append("'run' does not name an algorithm and a weight count")
+            elif not problems and run["weights"] != weights.numel():
+                problems.append(f"'run' says {run['weights']:,} weights, 'weights' holds {weights.numel():,}")
+    if problems:
+        raise CheckpointError(path, f"not a complete MLxE checkpoint: {'; '.join(problems)}")
+
+
+def checkpoint_identity(algorithm: str, weights) -> dict:
+    """The ``run`` entry of a checkpoint: ``algorithm`` (``algo.name``) and the length of ``weights``."""
+    return {"algorithm": algorithm, "weights": int(len(weights))}
+
+
+def run_identity(cfg, spec=None) -> dict:
+    """What a checkpoint loaded into a run of ``cfg`` must hold: its algorithm and weight count
+    (``spec``: the run's network spec, if already built; else one environment is built to read it)."""
+    from mlxe.algos import for_config
+    from mlxe.runtime.setup import problem_spec
+
+    spec = problem_spec(cfg) if spec is None else spec
+    return {"algorithm": cfg.algo.name, "weights": int(for_config(cfg).weights_size(cfg, spec))}
+
+
+def check_identity(path: Path, state: dict, expect: dict) -> None:
+    """A :class:`CheckpointError` naming what differs if verified checkpoint ``state`` (of ``path``)
+    is not of the run ``expect`` (:func:`run_identity`) describes."""
+    found = state.get("run") or {"weights": state["weights"].numel()}  # format 4: no algorithm to compare
+    differences = []
+    if "algorithm" in found and found["algorithm"] != expect["algorithm"]:
+        differences.append(f"algorithm {found['algorithm']} vs {expect['algorithm']}")
+    if found["weights"] != expect["weights"]:
+        differences.append(f"{found['weights']:,} weights vs {expect['weights']:,}")
+    if differences:
+        raise CheckpointError(
+            path, f"a checkpoint of another run: {', '.join(differences)} (the checkpoint's vs this run's config)"
+        )
+
+
+def check_finite_weights(path: Path, state: dict) -> None:
+    """A :class:`CheckpointError` if the policy weights of ``state`` (of ``path``) hold NaN or inf."""
+    import torch
+
+    bad = int((~torch.isfinite(state["weights"])).sum())
+    if bad:
+        raise CheckpointError(
+            path, f"{bad:,} of its {state['weights'].numel():,} weights are NaN or infinite: the model is unusable"
+        )
 
 
 def checkpoint_file(source: str | Path, last: bool = False) -> Path:
@@ -202,11 +281,14 @@ class CheckpointDir:
             key=lambda p: int(_ROTATED.fullmatch(p.name).group(1)),
             reverse=True,
         )
-        return ([self.last] if self.last.is_file() else []) + rotated
+        # exists(), not is_file(): a last.pt that is not a file is reported and set aside by resume
+        return ([self.last] if self.last.exists() else []) + rotated
 
-    def resume(self, report: Callable[[str], None] = print) -> dict:
+    def resume(self, report: Callable[[str], None] = print, expect: dict | None = None) -> dict:
         """The newest checkpoint that verifies. Unreadable ones newer than it are renamed
-        ``*.corrupt`` (kept for inspection, out of the rotation), each with a line to ``report``."""
+        ``*.corrupt`` (kept for inspection, out of the rotation), each with a line to ``report``.
+        ``expect``: the run's identity (:func:`run_identity`); a checkpoint of another run is an
+        error, and stays where it is (the run's own config may be what changed)."""
         problems = []
         for path in self.history():
             try:
@@ -217,6 +299,8 @@ class CheckpointDir:
                 os.replace(path, aside)
                 report(f"{e}\n  moved aside to {aside.name}")
                 continue
+            if expect is not None:
+                check_identity(path, state, expect)
             if problems:
                 report(f"resuming from {path} (iteration {state['trainer']['iteration']}), the newest valid checkpoint")
             if path == self.last:

@@ -41,8 +41,8 @@ class Collector:
     """Gathers iterations of rollouts from the ``rollouts.n`` Executors of a transport.
 
     ``episodic``: a unit is an episode; ``filters``: the run-wide filter statistics each request
-    carries; ``interrupted``: after Ctrl-C nobody waits for a unit to complete (the rollouts in
-    flight are taken and the run stops). ``need``, ``extra_tries``, ``extra_timeout``: the relaxed
+    carries; ``stopping``: after Ctrl-C or SIGTERM, or at the wall-time limit, nobody waits for a
+    unit to complete (the rollouts in flight are taken and the run stops). ``need``, ``extra_tries``, ``extra_timeout``: the relaxed
     waiting of ``sync``; ``max_lag``: the staleness bound of ``async``.
     """
 
@@ -52,14 +52,14 @@ class Collector:
         rule: Rule,
         episodic: bool,
         filters: Callable[[], dict],
-        interrupted: Callable[[], bool],
+        stopping: Callable[[], bool],
         need: int | None = None,
         extra_tries: int = 0,
         extra_timeout: float = 0.5,
         max_lag: int | None = None,
     ) -> None:
         self.rollouts, self.rule, self.episodic = rollouts, rule, episodic
-        self.filters, self.interrupted = filters, interrupted
+        self.filters, self.stopping = filters, stopping
         self.n = n = rollouts.n
         self.need = min(need or n, n)
         self.extra_tries, self.extra_timeout, self.max_lag = extra_tries, extra_timeout, max_lag
@@ -89,7 +89,10 @@ class Collector:
         arrived = []
         for i, rollout in self.rollouts.replies(timeout):
             self.outstanding[i] = False
-            if self.stale[i]:
+            if rollout is None:  # its Executor failed while the run was stopping
+                self.stale[i] = False
+                self._drop(i, "dropped")
+            elif self.stale[i]:
                 self.stale[i] = False
                 self.rollouts.discard(i, "dropped")
                 self._drop(i, "dropped")
@@ -107,7 +110,7 @@ class Collector:
         closing = False  # no more requests this iteration
 
         def wants_more(i: int) -> bool:
-            if closing or self.interrupted():
+            if closing or self.stopping():
                 return False
             if not complete[i]:
                 return True
@@ -128,10 +131,10 @@ class Collector:
 
         earlier, self.ahead = self.ahead, [[] for _ in range(n)]
         serve([(i, rollout) for i in range(n) for rollout in earlier[i]])
-        while sum(complete) < self.need and not self.interrupted():
+        while sum(complete) < self.need and not self.stopping():
             serve(self._arrivals(POLL_S))
         for _ in range(self.extra_tries if self.need < n else 0):  # relaxed waiting: a few more
-            if all(complete) or self.interrupted():
+            if all(complete) or self.stopping():
                 break
             arrived = self._arrivals(self.extra_timeout)
             if not arrived:
@@ -140,7 +143,7 @@ class Collector:
         if oa:
             return [rollout for unit in units for rollout in unit]
         closing = True
-        if not self.interrupted():  # Executors left out by the relaxed waiting: their units are dropped
+        if not self.stopping():  # Executors left out by the relaxed waiting: their units are dropped
             for i in range(n):
                 if not complete[i]:
                     for _ in units[i]:
@@ -158,7 +161,7 @@ class Collector:
         for i in range(self.n):
             if not self.outstanding[i]:
                 self._ask(i)
-        while len(units) < self.n and not self.interrupted():
+        while len(units) < self.n and not self.stopping():
             for i, rollout in self._arrivals(POLL_S):
                 if self.max_lag is not None and self.version - rollout[0].version > self.max_lag:
                     self.rollouts.discard(i, "rejected")

@@ -24,6 +24,9 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing as mp
+import signal
+import time
+from multiprocessing import connection
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,7 @@ from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
 
 TIMEOUT_S = 600.0  # seconds one exchange with a worker may take before the run stops with an error
+REAP_S = 2.0  # how long a gloo error waits for a worker process to be seen ended
 STOP, GRADIENT = 0, 1  # the commands a gloo worker receives
 
 
@@ -108,6 +112,7 @@ def _serve(rank: int, world: int, port: int, cfg: Config, spec: NetSpec, seed: i
     algo = _worker_algorithm(cfg, spec, seed)
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     store = dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
+    store.set(f"built/{rank}", "1")  # the slow part is done: the Learner may join the group
     group = dist.ProcessGroupGloo(store, rank, world, timeout)
     weights = torch.empty(algo.weights().size, dtype=torch.float32)
     header = torch.empty(4, dtype=torch.int64)
@@ -147,8 +152,28 @@ class GlooWorkers(GradientWorkers):
         ]
         for process in self.processes:
             process.start()
+        self._await_built()
         self.group = dist.ProcessGroupGloo(self.store, 0, count + 1, timeout)
         self.asked, self.weights_size = 0, 0
+
+    def _await_built(self) -> None:
+        """Wait until every worker has built its algorithm. The group's rendezvous would wait
+        ``TIMEOUT_S`` for a worker that died on the way (an import error, a kill): here that is a
+        :class:`WorkerFailed` naming it at once."""
+        deadline = time.monotonic() + TIMEOUT_S
+        for rank, process in enumerate(self.processes, start=1):
+            while not self.store.check([f"built/{rank}"]):
+                process.join(0.05)
+                if process.exitcode is None and time.monotonic() < deadline:
+                    continue
+                if process.exitcode is None:
+                    detail = f"it did not start within {TIMEOUT_S:g} s"
+                else:
+                    detail = f"{_ended(process)} before it joined the Learner"
+                for other in self.processes:  # the others wait in the rendezvous: no group to stop them
+                    other.kill()
+                    other.join()
+                raise WorkerFailed(process.name, detail)
 
     def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
         import torch
@@ -163,11 +188,14 @@ class GlooWorkers(GradientWorkers):
                 torch.from_numpy(payload),
                 w,
             ]
-            sends = [self.group.send([t], rank, 0) for t in tensors]
-            # done before the Learner computes its own share: gloo's sending thread would otherwise
-            # wait for a core behind the Learner's, and the worker for its data
-            for send in sends:
-                send.wait()
+            try:
+                sends = [self.group.send([t], rank, 0) for t in tensors]
+                # done before the Learner computes its own share: gloo's sending thread would otherwise
+                # wait for a core behind the Learner's, and the worker for its data
+                for send in sends:
+                    send.wait()
+            except RuntimeError as e:
+                raise self._failed(rank, e) from None
         self.asked, self.weights_size = len(shares), w.numel()
 
     def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
@@ -184,10 +212,20 @@ class GlooWorkers(GradientWorkers):
                 self.group.recv([grad], rank, 0).wait()
                 replies.append((grad.numpy(), json.loads(terms.numpy().tobytes())))
         except RuntimeError as e:
-            dead = [p.name for p in self.processes if not p.is_alive()]
-            raise WorkerFailed(f"{', '.join(dead) or 'a gradient worker'} failed: {e}") from None
+            raise self._failed(rank, e) from None
         self.asked = 0
         return replies
+
+    def _failed(self, rank: int, error: RuntimeError) -> WorkerFailed:
+        """A gloo error in the exchange with worker ``rank`` as the :class:`WorkerFailed` of the worker
+        processes that died (how they ended), else of ``rank``; gloo's words stay in its ``detail``."""
+        ended = connection.wait([p.sentinel for p in self.processes], REAP_S)
+        dead = [p for p in self.processes if p.sentinel in ended]
+        for p in dead:
+            p.join()  # its sentinel closes with its sockets, a moment before it can be reaped
+        if not dead:
+            return WorkerFailed(self.processes[rank - 1].name, f"the exchange with it failed: {error}")
+        return WorkerFailed(", ".join(p.name for p in dead), f"{error}\n{'; '.join(_ended(p) for p in dead)}")
 
     def close(self) -> None:
         import torch
@@ -203,6 +241,14 @@ class GlooWorkers(GradientWorkers):
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def _ended(process: mp.Process) -> str:
+    """How a finished worker process ended."""
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"process {process.pid} was killed by {signal.Signals(-code).name}"
+    return f"process {process.pid} exited with code {code}"
 
 
 # --------------------------------------------------------------------------- Ray
@@ -243,10 +289,12 @@ class RayWorkers(GradientWorkers):
     def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
         import ray
 
-        try:
-            replies = ray.get(self.calls, timeout=TIMEOUT_S)
-        except (ray.exceptions.RayError, TimeoutError) as e:
-            raise WorkerFailed(f"a gradient worker failed: {e}") from None
+        replies = []
+        for rank, call in enumerate(self.calls, start=1):  # one by one: the error names the worker
+            try:
+                replies.append(ray.get(call, timeout=TIMEOUT_S))
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                raise WorkerFailed(f"gradient-worker-{rank}", str(e)) from None
         self.calls = []
         return [(np.array(grad), info) for grad, info in replies]  # Ray's arrays are read-only views
 

@@ -25,6 +25,7 @@ from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
 from mlxe.runtime.transport.weights import SharedWeights
+from mlxe.runtime.watchdog import Heartbeats
 
 
 class GymVec:
@@ -131,17 +132,29 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         from mlxe.envs.multiagent import AgentRows
 
         return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
-    if cfg.env.id == "CartPole-v1" and not cfg.env.task.enabled and not cfg.env.kwargs:
+    if uses_batched_cartpole(cfg.env):
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
     return GymVec(cfg, num_envs, seed, training)
+
+
+def uses_batched_cartpole(env) -> bool:
+    """Plain CartPole-v1 is stepped by the NumPy-batched :class:`CartPoleVec`, the same dynamics as
+    Gymnasium's; anything that asks for the Gymnasium environment itself (the task, kwargs, wrappers,
+    frame stacking) gets it."""
+    return (env.id == "CartPole-v1" and not env.task.enabled and not env.kwargs and not env.wrappers
+            and env.frame_stack is None)
 
 
 class RolloutExecutor:
     """``rollout()`` plays T steps in each of E environments with the algorithm's Policy and returns
     them as a :class:`~mlxe.core.Segment`."""
 
-    def __init__(self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1) -> None:
+    def __init__(
+        self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1, heartbeats: Heartbeats | None = None
+    ) -> None:
+        """``heartbeats``: where this Executor notes its environment calls for the watchdog (None: nowhere)."""
         self.cfg, self.index = cfg, index
+        self.heartbeats = heartbeats
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index)
@@ -162,7 +175,10 @@ class RolloutExecutor:
         """New episodes in every environment (``seeded``: the first, from the Executor's seed); the
         episodes in progress, if any, are abandoned."""
         E = self.env.num_envs
+        self.beat()
         self.obs = self.env.reset(seeded)  # raw observations [E, *obs]
+        self.rest()
+        check_finite(self.cfg.env.id, self.index, "reset", self.obs)
         self.state = self.policy.initial_state(E)
         self.ep_length = np.zeros(E, np.int64)
         self.ep_return = np.zeros(E, np.float64)
@@ -181,6 +197,14 @@ class RolloutExecutor:
             self.start()
         segment, episodes = self.collect(filters, version, steps)
         return segment, episodes, self.fresh.state_dict() if self.filters.enabled else None
+
+    def beat(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.beat(self.index)
+
+    def rest(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.rest(self.index)
 
     def pull_weights(self, version: int | None) -> None:
         known = self.version
@@ -208,7 +232,9 @@ class RolloutExecutor:
             action, extras, self.state = self.policy.act(seen, self.state)
             if t == 0:
                 check_fields(extras, self.record)
+            self.beat()
             next_obs, reward, terminated, truncated, final = self.env.step(action)
+            check_finite(self.cfg.env.id, self.index, "step", next_obs, reward, final)
             learned = self.filters.observe_rewards(reward, self.discounted_return, self.fresh)
             data["obs"][t], data["action"][t], data["reward"][t] = seen, action, learned
             data["terminated"][t], data["truncated"][t] = terminated, truncated
@@ -238,6 +264,7 @@ class RolloutExecutor:
                 T = t + 1
                 data = {k: v[:T] for k, v in data.items()}
                 break
+        self.rest()
         self.ep_length += T - begin  # the episodes that go on carry their steps into the next segment
         self.obs = obs
         normalize = self.filters.normalize_obs
@@ -295,6 +322,28 @@ def step_fields(spec) -> dict[str, Field]:
     }
 
 
+class NonFiniteInput(ValueError):
+    """An environment gave a NaN or infinite observation or reward (or one beyond float32's range)."""
+
+
+def check_finite(env_id: str, executor: int, call: str, obs: np.ndarray, reward: np.ndarray | None = None,
+                 final: np.ndarray | None = None) -> None:
+    """Raise :class:`NonFiniteInput` naming the Executor, the environment and the field where an
+    environment's ``obs`` [E, *obs], ``reward`` [E] or ``final`` observations are not finite: a NaN
+    that reached the Learner would turn every weight into NaN without a word."""
+    fields = (("a reward", reward), ("an observation", obs), ("a final observation", final))
+    for name, values in fields:
+        if values is None or values.dtype.kind != "f" or np.isfinite(values).all():
+            continue
+        rows = ~np.isfinite(values.reshape(len(values), -1))
+        env = int(np.flatnonzero(rows.any(axis=1))[0])
+        bad = values.reshape(len(values), -1)[env][rows[env]][0]
+        raise NonFiniteInput(
+            f"executor {executor}: environment {env} of {env_id!r} gave {name} of {bad} on {call}: observations "
+            "and rewards must be finite float32 values (|x| <= 3.4e38)"
+        )
+
+
 def check_fields(extras: dict[str, np.ndarray], record: dict[str, Field]) -> None:
     """The policy returned exactly the fields its algorithm ``record`` s, each [E, *shape]: an error naming them."""
     if set(extras) != set(record):
@@ -313,11 +362,12 @@ def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:
 
 
 def rollout_loop(
-    channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1
+    channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1,
+    heartbeats: Heartbeats | None = None,
 ) -> None:
     """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart, steps)`` ->
     ``("rollout", segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
-    executor = RolloutExecutor(cfg, index, weights, seed, executors)
+    executor = RolloutExecutor(cfg, index, weights, seed, executors, heartbeats)
     if state is not None:
         executor.load_state_dict(state)
     while True:

@@ -33,6 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from mlxe import algos
+from mlxe.algos.optim import NonFiniteError
 from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
@@ -48,8 +49,13 @@ from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool, ThreadPool, WorkerFailed
+from mlxe.runtime.watchdog import Heartbeats
 
 POLL_S = 0.2  # how often a waiting coordinator looks at its pool
+# Once the run is stopping (Ctrl-C, SIGTERM, the wall-time limit), an environment call may take
+# at most this long (or env.step_timeout if shorter) before its Executor is replaced: the final
+# checkpoint waits for no hung environment.
+STOP_GRACE_S = 5.0
 
 # Builds the Algorithm from (cfg, spec, seed): what the schedule calls observe, update, weights,
 # updates, state_dict and load_state_dict on.
@@ -74,8 +80,9 @@ class Rollouts(Protocol):
         ``restart``: from fresh environments (its previous rollout was not trained); ``steps``: at
         most this many steps (default ``rollout.steps``)."""
 
-    def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
-        """The rollouts that arrived within ``timeout`` seconds, as (executor, rollout)."""
+    def replies(self, timeout: float) -> list[tuple[int, Rollout | None]]:
+        """The rollouts that arrived within ``timeout`` seconds, as (executor, rollout); a None
+        rollout: the Executor failed while the run was stopping, and what it played is lost."""
 
     def discard(self, i: int, reason: str) -> None:
         """A rollout of Executor ``i`` was not trained (``reason``: "dropped" or "rejected")."""
@@ -102,7 +109,8 @@ class LocalRollouts:
     current weights and a fresh RNG stream, and is asked again what it was asked: its
     environments' unfinished episodes are lost (counted in ``episodes_lost``, with the episodes of
     remote simulators that disconnected), nothing of the Learner is. After ``run.max_restarts``
-    replacements of one Executor the run stops with its error.
+    replacements of one Executor the run stops with its error. An Executor whose environment step
+    or reset lasts longer than ``env.step_timeout`` seconds has failed too (:mod:`mlxe.runtime.watchdog`).
     """
 
     def __init__(
@@ -116,7 +124,12 @@ class LocalRollouts:
         self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
         self.restarts = [0] * n
         self.episodes_lost = 0  # in replaced Executors
+        # Executors that failed while the run was stopping: not replaced (a replacement would wait for
+        # the same hung environment or departed simulators), their rollouts lost, no state checkpointed
+        self.gone: set[int] = set()
+        self._lost: list[int] = []  # their rollouts in flight, to report as lost
         self.hub = active_hub() if cfg.env.api == "remote" else None  # the remote simulators' rows
+        self.heartbeats = Heartbeats(n, None if threads else context(cfg))
         self._pending: dict[int, tuple] = {}  # what each Executor was asked and has not answered yet
         workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
         # one compute thread per Executor process: the Executors are the parallelism of acting
@@ -126,7 +139,7 @@ class LocalRollouts:
 
     def _arguments(self, i: int, state: dict | None) -> tuple:
         seed = replacement_seed(self.seeds[i], self.restarts[i])
-        return (self.cfg, i, self.weights, seed, state, self.n)
+        return (self.cfg, i, self.weights, seed, state, self.n, self.heartbeats)
 
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)
@@ -134,24 +147,29 @@ class LocalRollouts:
     def ask(self, i: int, filters: dict, restart: bool = False, steps: int | None = None) -> None:
         self._send(i, ("rollout", filters, self.weights.version, restart, steps))
 
-    def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
+    def replies(self, timeout: float) -> list[tuple[int, Rollout | None]]:
         reply = self._recv(timeout)
-        return [] if reply is None else [(reply[0], reply[1][1:])]
+        lost, self._lost = [(i, None) for i in self._lost], []
+        return lost if reply is None else [*lost, (reply[0], reply[1][1:])]
 
     def discard(self, i: int, reason: str) -> None:
         pass  # local Executors are never left out
 
-    def states(self) -> list[dict]:
+    def states(self) -> list[dict | None]:
+        """Every Executor's state; None for those gone (they start fresh environments on a resume)."""
         for i in range(self.n):
-            self._send(i, ("state",))
+            if i not in self.gone:
+                self._send(i, ("state",))
         states: list = [None] * self.n
-        while any(s is None for s in states):
+        while any(s is None and i not in self.gone for i, s in enumerate(states)):
             reply = self._recv(POLL_S)
             if reply is not None:
                 states[reply[0]] = reply[1][1]
         return states
 
     def _send(self, i: int, msg: tuple) -> None:
+        if i in self.gone:
+            return
         self._pending[i] = msg
         try:
             self.pool.send(i, msg)
@@ -164,14 +182,43 @@ class LocalRollouts:
         except WorkerFailed as failure:
             self._replace(self.pool.names.index(failure.name), failure)
             return None
+        finally:
+            self._watch()
         if reply is not None:
             self._pending.pop(reply[0], None)
             self.executors[reply[0]].heard(len(reply[1][2]) if reply[1][0] == "rollout" else 0)
         return reply
 
+    def _watch(self) -> None:
+        """Replace the Executors whose environment call has lasted past ``env.step_timeout`` (or
+        past :data:`STOP_GRACE_S` once the run is stopping). Remote simulators have timeouts of their
+        own (``env.remote``), which the hub applies."""
+        limit = self.cfg.env.step_timeout
+        if self.hub is not None:
+            return
+        if self.trainer.stopping():
+            limit = STOP_GRACE_S if limit is None else min(limit, STOP_GRACE_S)
+        if limit is None:
+            return
+        for i in set(self.heartbeats.stalled(limit)) - self.gone:
+            self.heartbeats.rest(i)
+            detail = f"an environment step or reset has taken over {limit:g} s (env.step_timeout: {self.cfg.env.step_timeout})"
+            self._replace(i, WorkerFailed(self.pool.names[i], detail))
+
     def _replace(self, i: int, failure: WorkerFailed) -> None:
         """Executor ``i`` failed: a new one takes its place and gets its pending request, or the
         run stops with the failure once ``run.max_restarts`` is spent."""
+        if i in self.gone:  # its death reported again
+            return
+        msg = self._pending.pop(i, None)
+        if self.trainer.stopping():
+            self.gone.add(i)
+            self.episodes_lost += self.cfg.envs_per_executor
+            self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
+            self.trainer.say(f"{failure}; not replaced: the run is stopping")
+            if msg is not None and msg[0] == "rollout":
+                self._lost.append(i)
+            return
         limit = self.cfg.run.max_restarts
         if self.restarts[i] >= limit:
             raise WorkerFailed(
@@ -183,7 +230,6 @@ class LocalRollouts:
         self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
         self.pool.restart(i, self._arguments(i, None))
         self.executors[i].state, self.executors[i].pid = "started", self.pool.pid(i)
-        msg = self._pending.pop(i, None)
         if msg is not None and msg[0] == "rollout":  # with the newest weights, from its fresh environments
             msg = ("rollout", msg[1], self.weights.version, True, msg[4])
         if msg is not None:
@@ -211,11 +257,13 @@ class LocalRollouts:
         self.status.write(self.trainer, self.executors, extra, state, force)
 
     def close(self, state: str = "finished") -> None:
-        self.pool.close()
-        for e in self.executors:
-            if e.state != "failed":
-                e.state = "done"
-        self.write_status(state, force=True)
+        try:
+            self.pool.close()
+        finally:  # also when a second Ctrl-C interrupts the closing: status.json must not say "running"
+            for e in self.executors:
+                if e.state != "failed":
+                    e.state = "done"
+            self.write_status(state, force=True)
 
 
 def run_local(cfg: Config, trainer: Trainer) -> str:
@@ -280,14 +328,17 @@ def _schedule(
         learner.load_state_dict(restored["learner"])
         filters.load_state_dict(restored.get("filters") or {})
     rule, settings = collection_rule(cfg)
-    collector = Collector(
-        rollouts, rule, algorithm.iteration == "episode", filters.state_dict, lambda: trainer.interrupted, **settings
-    )
+    collector = Collector(rollouts, rule, algorithm.iteration == "episode", filters.state_dict, trainer.stopping, **settings)
     kept = 2 + settings.get("max_lag", 0)
     published: dict[int, np.ndarray] = {}  # the newest weight versions: what played the segments in
 
     def publish() -> None:
         weights = learner.weights()
+        if not np.isfinite(weights).all():  # what a skipped step cannot catch (a captured CUDA graph's)
+            raise NonFiniteError(
+                f"the Learner's weights hold {int((~np.isfinite(weights)).sum())} non-finite values after update "
+                f"{learner.updates}: the run stops with its last good checkpoint. Lower algo.lr or set algo.max_grad_norm"
+            )
         rollouts.publish(weights)
         version = max(published, default=0) + 1  # as the transports count: 1, 2, ...
         published[version] = weights

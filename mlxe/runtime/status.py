@@ -78,5 +78,9 @@ class StatusFile:
         }
         status = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in status.items()}
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(status, indent=1))
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps(status, indent=1))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+            raise

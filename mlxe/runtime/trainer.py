@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mlxe.config import Config, save_config
 from mlxe.core import Episode
-from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, load_checkpoint
+from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, checkpoint_identity, load_checkpoint, run_identity
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats
@@ -53,7 +53,6 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
         self.checkpoint_path, self.best_path = self.checkpoints.last, self.checkpoints.best
-        save_config(cfg, self.run_dir / "config.yaml")
         self.stats = EpisodeStats(cfg.run.window)
         self.iteration = self.episodes = self.env_steps = self.updates = 0
         self.wall_before = 0.0  # seconds trained before a resume
@@ -64,7 +63,9 @@ class Trainer:
         # what best.pt holds: {"kind": "goal_episode" | "evaluation", "score", "iteration", "env_steps"}
         self.best: dict | None = None
         self._best_due = False  # a new best evaluation, to save with the iteration's checkpoint
-        checkpoint = self.checkpoints.resume(report=_warn) if resume else None
+        checkpoint = self.checkpoints.resume(report=_warn, expect=run_identity(cfg)) if resume else None
+        # after the checkpoint is found to fit: a resume refused for its overrides leaves config.yaml as it was
+        save_config(cfg, self.run_dir / "config.yaml")
         self.restored = checkpoint
         if checkpoint is not None:
             t = checkpoint["trainer"]
@@ -76,7 +77,10 @@ class Trainer:
             # best.pt may be newer than last.pt (a new best evaluation between periodic checkpoints)
             self.best = self._restore_best()
             self.goal_saved = self.best is not None and self.best["kind"] == "goal_episode"
-        self.metrics = MetricsWriter(self.run_dir, tensorboard=cfg.run.tensorboard)
+        self.metrics = MetricsWriter(
+            self.run_dir, tensorboard=cfg.run.tensorboard,
+            resumed_at=(self.iteration, self.episodes) if checkpoint is not None else None,
+        )
         self.progress = ProgressDisplay(cfg.run.progress if progress is None else progress, title=f"MLxE {cfg.name}")
         self._episode_rows: list[dict] = []
         self._start = time.monotonic()
@@ -142,6 +146,12 @@ class Trainer:
         """Seconds trained (across resumes); frozen by ``stop_clock`` so evaluation is not counted."""
         end = self._stopped if self._stopped is not None else time.monotonic()
         return self.wall_before + end - self._start
+
+    def stopping(self) -> bool:
+        """Ctrl-C or SIGTERM came, or ``stop.max_wall_seconds`` is reached: nobody should wait for
+        more work than what is in flight."""
+        limit = self.cfg.stop.max_wall_seconds
+        return self.interrupted or (limit is not None and self.wall_s >= limit)
 
     def stop_clock(self) -> None:
         self._stopped = time.monotonic()
@@ -305,6 +315,7 @@ class Trainer:
                 "stats": self.stats.state_dict(),
                 "best": self.best,
             },
+            "run": checkpoint_identity(self.cfg.algo.name, roles["weights"]),
             **roles,
         }
 

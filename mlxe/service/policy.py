@@ -97,7 +97,7 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
     from mlxe.algos import for_config
     from mlxe.config import from_dict, read_yaml
     from mlxe.envs.filters import Filters
-    from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint
+    from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.setup import problem_spec
 
     run_dir = Path(run_dir)
@@ -110,8 +110,9 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
             "single-agent runs for now"
         )
     path = checkpoint_file(run_dir, last)
-    state = load_checkpoint(path)
     spec = problem_spec(config)
+    state = load_checkpoint(path, expect=run_identity(config, spec))  # another run's is an error naming what differs
+    check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
     policy = for_config(config).make_policy(config, spec, config.seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)  # the observation statistics the policy was trained with

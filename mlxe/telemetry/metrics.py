@@ -65,6 +65,28 @@ class _CsvAppender:
         assert self._file is not None
         self._file.flush()
 
+    def drop_after(self, column: str, last: int) -> None:
+        """Remove the rows whose ``column`` is beyond ``last``, and a torn last row (a crash
+        mid-write: fewer cells than the header, so its ``column`` may be cut short too)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with self.path.open(newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            rows = [row for row in reader if row]
+        at = header.index(column) if column in header else None
+        if at is None:
+            return
+        kept = [row for row in rows if len(row) == len(header) and _to_float(row[at]) <= last]
+        if len(kept) == len(rows):
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(kept)
+        os.replace(tmp, self.path)  # atomically: a crash now keeps the old file
+
     def _widen(self, keys: list[str]) -> None:
         """Rewrite the file with ``keys`` appended to its header (atomically: a crash keeps the old file)."""
         header = [*self._writer.fieldnames, *keys]
@@ -99,14 +121,23 @@ def _tb_tag(key: str) -> str:
 class MetricsWriter:
     """Writes ``run_dir/metrics.csv``, ``run_dir/episodes.csv`` and TensorBoard ``run_dir/tb``.
 
-    Existing CSVs (a resumed run) are appended to under their original header.
+    Existing CSVs (a resumed run) are appended to under their original header. ``resumed_at``: the
+    (iteration, episodes) of the checkpoint a resumed run continues from; the rows written after it
+    (by the process that crashed before its next checkpoint) are dropped first, since the resumed run
+    writes those iterations and episodes again. TensorBoard events are appended as they are.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | Path, tensorboard: bool = True, resumed_at: tuple[int, int] | None = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._metrics = _CsvAppender(self.run_dir / "metrics.csv")
         self._episodes = _CsvAppender(self.run_dir / "episodes.csv")
+        if resumed_at is not None:
+            iteration, episodes = resumed_at
+            self._metrics.drop_after("iteration", iteration)
+            self._episodes.drop_after("episode", episodes)
         self._step = 0
         self._tb: Any = None
         if tensorboard:

@@ -43,7 +43,7 @@ def test_the_server_applies_a_gradient_with_its_optimizer():
     server = learner("algo.optimizer=adam", "algo.lr=0.01")
     before = server.weights()
     grad = np.random.default_rng(0).standard_normal(len(before)).astype(np.float32)
-    server.apply_gradients(grad)
+    server.apply_gradients(grad, 0.0)
     # Adam's first step moves every weight by lr against the sign of its gradient
     np.testing.assert_allclose(server.weights() - before, -0.01 * np.sign(grad), atol=1e-4)
     assert server.updates == 1

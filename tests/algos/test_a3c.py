@@ -343,7 +343,7 @@ def test_update_runs_the_mmuf_number_of_steps_and_reports_lr():
     acting_before = lrn.acting.flat.copy()
     info = lrn.update(0.0)
     assert lrn.updates == 6 and lrn.iterations == 2 and lrn.version == 3
-    assert set(info) == {*LOSS_STATS, "lr"}
+    assert set(info) == {*LOSS_STATS, "lr", "nonfinite_steps"} and info["nonfinite_steps"] == 0
     assert info["lr"] == pytest.approx(1e-4 * 0.998)  # lr from the episodes stored so far (1)
     assert all(math.isfinite(v) for v in info.values())
     # and the Learner's bootstrap values now follow the newly published weights
@@ -671,7 +671,7 @@ def test_the_server_applies_a_gradient_as_one_optimizer_step_and_adopts_weights(
     server = learner("algo.lr=0.1")
     w0 = server.weights()
     g = np.linspace(-1, 1, len(w0)).astype(np.float32)
-    server.apply_gradients(g)
+    server.apply_gradients(g, 0.0)
     np.testing.assert_allclose(server.weights(), w0 - 0.1 * g, atol=1e-6)  # RAdam's un-rectified first step
     assert server.updates == 1
     server.adopt(w0)
@@ -680,7 +680,7 @@ def test_the_server_applies_a_gradient_as_one_optimizer_step_and_adopts_weights(
 
 def test_the_server_decays_the_learning_rate_by_run_wide_episodes():
     server = learner("algo.lr=0.1", "algo.lr_decay=0.5", "algo.lr_min=0.01")
-    assert server.server_iteration(2) == {"lr": pytest.approx(0.025)}
+    assert server.server_iteration(2) == {"lr": pytest.approx(0.025), "nonfinite_steps": 0}
     assert server.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
     assert server.server_iteration(10)["lr"] == 0.01
 

@@ -400,13 +400,17 @@ def test_the_first_update_checks_the_numpy_gradient_against_autograd_of_the_loss
     assert learner.backprop is not None and learner.backprop_checked
 
 
-@pytest.mark.parametrize("edit", ["coefficient", "clip branch"])
+@pytest.mark.parametrize("edit", ["coefficient", "clip branch", "gradient only"])
 def test_an_edited_loss_without_its_numpy_gradient_stops_the_run(edit):
     class Edited(PPO):
         def loss(self, mb, clip):
             loss, stats = super().loss(mb, clip)
             if edit == "coefficient":
                 return 1.5 * loss, stats
+            if edit == "gradient only":  # the same loss value, another gradient
+                policy, _ = self.main(mb["obs"])
+                logp, _ = algos.module("a2c").log_prob_entropy(policy, mb["action"])
+                return loss + 0.01 * (logp - logp.detach()).mean(), stats
             # an edit visible only where ratios leave the clip range (never on the first minibatch of IS)
             policy, _ = self.main(mb["obs"])
             logp, _ = algos.module("a2c").log_prob_entropy(policy, mb["action"])
@@ -416,7 +420,8 @@ def test_an_edited_loss_without_its_numpy_gradient_stops_the_run(edit):
     learner = Edited(cfg(), SPEC, seed=0)
     b = batch(learner)  # ratios exactly 1, as in the first minibatch of a run
     before = learner.weights()
-    with pytest.raises(RuntimeError, match="algo.backprop: Edited.s hand-derived gradient .* Set algo.backprop=autograd"):
+    message = "hand-derived gradient .* most in '.*'" if edit == "gradient only" else "loss_grad computes the loss as"
+    with pytest.raises(RuntimeError, match=f"algo.backprop: Edited.s {message}.* Set algo.backprop=autograd"):
         learn(learner, b, progress=0.1)
     np.testing.assert_array_equal(learner.weights(), before)  # nothing trained
     autograd = Edited(cfg("algo.backprop=autograd"), SPEC, seed=0)

@@ -10,14 +10,14 @@ from gymnasium import spaces
 
 
 class TinyEnv(gymnasium.Env):
-    """Counts steps; terminates after ``length`` steps. Observation: step count, shape (1,)."""
+    """Counts steps; terminates after ``length`` steps. Observation: step count x ``scale``, shape (1,)."""
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, length: int = 10, render_mode: str | None = None) -> None:
-        self.length = length
+    def __init__(self, length: int = 10, render_mode: str | None = None, scale: float = 1.0) -> None:
+        self.length, self.scale = length, scale
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(0.0, float(length), shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(0.0, float(length) * scale, shape=(1,), dtype=np.float32)
         self.action_space = spaces.Discrete(2)
         self._t = 0
 
@@ -30,7 +30,7 @@ class TinyEnv(gymnasium.Env):
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self._t += 1
-        return np.array([self._t], dtype=np.float32), 1.0, self._t >= self.length, False, {}
+        return np.array([self._t * self.scale], dtype=np.float32), 1.0, self._t >= self.length, False, {}
 
 
 class NotAnEnv:

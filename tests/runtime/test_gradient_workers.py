@@ -1,5 +1,12 @@
 """Data-parallel learning: K gradient workers give the update one Learner takes on the same batch."""
 
+import json
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -7,6 +14,7 @@ import mlxe
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.gradient_workers import build_learner
+from mlxe.runtime.transport.workers import WorkerFailed
 
 SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(32,), policy_head=(16,), value_head=(16,), activation="tanh")
 
@@ -95,3 +103,57 @@ def test_ppo_with_two_gloo_workers_solves_cartpole(tmp_path):
     )
     summary = mlxe.train(config).summary
     assert summary["stop_reason"] == "eval_return", summary
+
+
+def test_a_killed_gloo_worker_stops_the_run_naming_it(tmp_path):
+    """kill -9 of a gradient worker mid-run: WorkerFailed naming it and its signal (not gloo's connection
+    reset), and a summary.json that says so."""
+    config = load_config(
+        "configs/zoo/ppo/CartPole-v1.yaml",
+        [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+         "stop.eval_return=null", "stop.max_env_steps=100000", "learner.gradient_workers=2"],
+    )
+    killed = []
+
+    def kill_after_the_first_iteration():
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            worker = [p for p in mp.active_children() if p.name == "gradient-worker-1"]
+            if worker and list(tmp_path.glob("*/metrics.csv")):  # it has served an update
+                os.kill(worker[0].pid, signal.SIGKILL)
+                killed.append(worker[0].pid)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_after_the_first_iteration)
+    killer.start()
+    try:
+        with pytest.raises(WorkerFailed, match=r"^gradient-worker-1 failed: process \d+ was killed by SIGKILL$") as e:
+            mlxe.train(config)
+    finally:
+        killed.append(None)  # stops the thread if the run ended first
+        killer.join()
+    assert str(killed[0]) in str(e.value)
+    (summary,) = tmp_path.glob("*/summary.json")
+    summary = json.loads(summary.read_text())
+    assert summary["stop_reason"] == "error" and summary["error"] == str(e.value)
+
+
+def test_a_gloo_worker_killed_while_starting_is_named_at_once():
+    """Not gloo's rendezvous timeout (TIMEOUT_S, 10 minutes): WorkerFailed as soon as it is seen dead."""
+
+    def kill_it():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            worker = [p for p in mp.active_children() if p.name == "gradient-worker-1"]
+            if worker:
+                os.kill(worker[0].pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_it)
+    killer.start()
+    try:
+        with pytest.raises(WorkerFailed, match=r"^gradient-worker-1 failed: process \d+ was killed by SIGKILL before"):
+            build_learner(cfg("learner.gradient_workers=2"), SPEC, seed=3)
+    finally:
+        killer.join()

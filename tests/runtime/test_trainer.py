@@ -127,3 +127,26 @@ def test_the_summary_says_how_long_the_process_took_to_its_first_rollout(tmp_pat
         assert result.summary["startup_s"] is None  # not Linux: no /proc to read it from
     else:
         assert 0 < result.summary["startup_s"] < age  # this test process started before the run's first rollout
+
+
+def test_ppo_resumes_from_every_checkpoint_of_a_trained_network(tmp_path):
+    """The NumPy gradient's start-up check runs again on every resume, on the trained network: it
+    must never fail spuriously (in float32 its rounding alone exceeded the old tolerance on about
+    a quarter of resumes). 20 checkpoints of one run, each resumed for an iteration, in IS and OA."""
+    import shutil
+
+    base = [*QUIET, "stop.eval_return=null", "run.eval_after=0", "algo.backprop=numpy"]
+    trained = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", *base, "arch=is", "stop.max_env_steps=51200", "run.checkpoint_every=10",
+        "run.keep_checkpoints=21"]))
+    saved = sorted((trained.run_dir / "checkpoints").glob("iter-*.pt"))
+    assert len(saved) == 19  # with last.pt: 20 checkpoints of the 200 iterations
+    for n, checkpoint in enumerate([*saved, trained.run_dir / "checkpoints" / "last.pt"]):
+        run_dir = tmp_path / f"resume-{n}"
+        (run_dir / "checkpoints").mkdir(parents=True)
+        shutil.copy(trained.run_dir / "config.yaml", run_dir)
+        shutil.copy(checkpoint, run_dir / "checkpoints" / "last.pt")
+        steps = load_checkpoint(checkpoint)["trainer"]["env_steps"]
+        arch = ["arch=is"] if n % 2 else ["arch=oa", "executors=1"]
+        more = mlxe.train(overrides=[f"stop.max_env_steps={steps + 256}", *arch], resume=run_dir)
+        assert more.summary["env_steps"] >= steps + 256, checkpoint

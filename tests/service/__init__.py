@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.runtime.checkpoints import save_checkpoint
+from mlxe.runtime.checkpoints import checkpoint_identity, save_checkpoint
 from mlxe.telemetry.metrics import MetricsWriter
 
 ITERATIONS, EPISODES, EVAL_EVERY = 12, 150, 4
@@ -71,4 +71,5 @@ def make_run(run_dir: Path, best: bool = True) -> Path:
 
 def write_best(run_dir: Path, weights: np.ndarray) -> None:
     """checkpoints/best.pt with ``weights`` (float32, shape (n,)), as the Trainer saves it."""
-    save_checkpoint(run_dir / "checkpoints" / "best.pt", {"trainer": {"iteration": ITERATIONS}, "weights": weights})
+    state = {"trainer": {"iteration": ITERATIONS}, "run": checkpoint_identity("ppo", weights), "weights": weights}
+    save_checkpoint(run_dir / "checkpoints" / "best.pt", state)

@@ -23,7 +23,7 @@ from mlxe.bench.compare import QUIET  # noqa: E402
 from mlxe.cli import build_parser  # noqa: E402
 from mlxe.config import ConfigError, load_config, save_config  # noqa: E402
 from mlxe.envs.vector import CartPoleVec  # noqa: E402
-from mlxe.runtime.checkpoints import save_checkpoint  # noqa: E402
+from mlxe.runtime.checkpoints import checkpoint_identity, save_checkpoint  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
 from tests.service.client import Client  # noqa: E402
 
@@ -285,7 +285,8 @@ def test_box_actions_are_lists_of_floats_within_the_bounds(tmp_path):
     save_config(cfg, run_dir / "config.yaml")
     spec = problem_spec(cfg)
     weights = np.random.default_rng(0).normal(0, 3.0, spec.num_params()).astype(np.float32)
-    save_checkpoint(run_dir / "checkpoints" / "best.pt", {"weights": weights})
+    state = {"trainer": {"iteration": 1}, "run": checkpoint_identity(cfg.algo.name, weights), "weights": weights}
+    save_checkpoint(run_dir / "checkpoints" / "best.pt", state)
     with PolicyService(run_dir, "127.0.0.1:0", greedy=False) as service:
         client = Client(service)
         spec_answer = client("GET", "/v1/spec", None)[1]

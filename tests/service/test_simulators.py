@@ -375,6 +375,7 @@ def test_episode_ends_hand_over_the_final_and_the_next_first_observations(tmp_pa
     (["env.id=Pong-v5"], "env.id: not a setting of remote simulators"),
     (["env.wrappers=[a.b:C]"], "env.wrappers: not a setting of remote simulators"),
     (["env.max_episode_steps=100"], "env.max_episode_steps: not a setting of remote simulators"),
+    (["env.step_timeout=5"], "env.step_timeout: not a setting of remote simulators"),
     (["env.task.enabled=true"], "env.task.enabled: the CartPole task is a Gymnasium environment"),
     (["env.remote.actions=null"], "env.remote.actions: expected either actions"),
     (["env.remote.action_low=[-1]", "env.remote.action_high=[1]"], "env.remote.actions: expected either actions"),

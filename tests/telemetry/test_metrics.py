@@ -110,3 +110,42 @@ def test_a_row_with_a_new_key_widens_the_header(tmp_path):
     assert list(rows) == ["iteration", "env_steps", "loss"]
     np.testing.assert_array_equal(rows["env_steps"], [64, 128, 192])
     assert (tmp_path / "metrics.csv").read_text().splitlines()[1:] == ["1,64,", "2,128,0.5", "3,192,"]
+
+
+def test_a_resumed_writer_drops_the_rows_written_after_its_checkpoint(tmp_path):
+    """D7: a crash after iteration 4 and episode 7, resumed from the checkpoint of iteration 2 and episode 3."""
+    (tmp_path / "metrics.csv").write_text("iteration,loss\r\n1,0.5\r\n2,0.4\r\n3,0.3\r\n4,0.2\r\n5,0.")
+    (tmp_path / "episodes.csv").write_text(
+        "episode,length,iteration\r\n" + "".join(f"{e},10,{(e + 1) // 2}\r\n" for e in range(1, 8)) + "8,1"
+    )
+    with MetricsWriter(tmp_path, tensorboard=False, resumed_at=(2, 3)) as w:
+        w.log({"iteration": 3, "loss": 0.1})
+        w.log_episodes([{"episode": 4, "length": 12, "iteration": 3}])
+    assert _rows(tmp_path / "metrics.csv") == [["iteration", "loss"], ["1", "0.5"], ["2", "0.4"], ["3", "0.1"]]
+    assert [r[0] for r in _rows(tmp_path / "episodes.csv")] == ["episode", "1", "2", "3", "4"]
+    with MetricsWriter(tmp_path, tensorboard=False, resumed_at=(3, 4)) as w:  # nothing after it: kept as is
+        pass
+    assert len(_rows(tmp_path / "metrics.csv")) == 4 and len(_rows(tmp_path / "episodes.csv")) == 5
+
+
+def test_a_run_resumed_from_an_older_checkpoint_logs_each_iteration_and_episode_once(tmp_path):
+    """D7 end to end: iterations 3 and 4 logged after the checkpoint the run resumes from (as a kill -9
+    before the next checkpoint leaves them), then trained again."""
+    import mlxe
+    from mlxe.config import load_config
+    from mlxe.runtime.checkpoints import load_checkpoint
+
+    overrides = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
+                 "start_method=fork", "run.eval_after=0", "stop.eval_return=null", "executors=1", "envs_per_executor=2",
+                 "rollout.steps=32", "algo.batch_size=64", "model.trunk=[8]", "run.checkpoint_every=2",
+                 "stop.max_env_steps=256"]
+    run = mlxe.train(load_config("configs/zoo/ppo/CartPole-v1.yaml", overrides)).run_dir
+    (run / "checkpoints" / "last.pt").unlink()  # iteration 4's: the run resumes from iteration 2's
+    checkpointed = load_checkpoint(run / "checkpoints" / "iter-00000002.pt")["trainer"]["episodes"]
+    assert read_csv(run / "metrics.csv")["iteration"].tolist() == [1, 2, 3, 4]
+    assert len(read_csv(run / "episodes.csv")["episode"]) > checkpointed  # rows beyond the checkpoint
+    summary = mlxe.train(overrides=["stop.max_env_steps=384"], resume=run).summary
+    iterations = read_csv(run / "metrics.csv")["iteration"].tolist()
+    episodes = read_csv(run / "episodes.csv")["episode"].tolist()
+    assert iterations == [1, 2, 3, 4, 5, 6] and summary["iterations"] == 6
+    assert episodes == list(range(1, summary["episodes"] + 1))

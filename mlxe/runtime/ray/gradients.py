@@ -18,8 +18,10 @@ the calls that answer them carry it.
 work with the weights it holds while the newer ones are on their way (RELAAX's non-blocking pull);
 its gradients then lag one more version, which is what delay compensation is for.
 
-Every ``executors`` episodes (an "iteration" of the metrics) the server's algorithm advances its
-schedules (``Algorithm.server_iteration``: A3C's learning-rate decay by episodes) as its Learner would.
+Every update is applied at the run's progress (env steps over ``stop.max_env_steps``, as a Learner's
+``update`` gets it: A2C's and PG's ``anneal_lr``), and every ``executors`` episodes (an "iteration" of
+the metrics) the server's algorithm advances its schedules (``Algorithm.server_iteration``: A3C's
+learning-rate decay by episodes) as its Learner would.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def run_async_gradients(run: RayRun) -> str:
     algo.server_iteration(trainer.episodes)
     run.weights.publish(server.weights(), server.version)
     depth = 2 if cfg.ray.hogwild else 1
+    budget = cfg.stop.max_env_steps
 
     def roles() -> dict:
         return {"learner": algo.state_dict(), "weights": server.weights(), "executors": pool.states()}
@@ -68,7 +71,8 @@ def run_async_gradients(run: RayRun) -> str:
             finished = [reply]
             if isinstance(reply, Gradient):
                 run.stats.lagged(server.version - reply.version)
-                server.submit(reply.grad, reply.version)
+                progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
+                server.submit(reply.grad, reply.version, progress)
                 infos.append(reply.info)
                 finished = reply.episodes  # a segment algorithm's, ended in the segment of its gradient
             for episode in finished:

@@ -107,7 +107,7 @@ def make_combiner(ray_cfg, history: WeightHistory):
 
 
 class ParameterServer:
-    """The global model: ``submit(grad, version)`` combines and applies; ``version`` counts updates.
+    """The global model: ``submit(grad, version, progress)`` combines and applies; ``version`` counts updates.
 
     ``algo`` is the server's :class:`~mlxe.core.Algorithm`: its model is the global one, and it
     applies each update (``apply_gradients``). Version ``v`` is the weights after ``v - start``
@@ -124,17 +124,19 @@ class ParameterServer:
         """The current global weights [P] (the server's own copy: do not modify)."""
         return self._weights
 
-    def submit(self, grad: np.ndarray, version: int) -> bool:
-        """Offer a gradient [P] computed at ``version``; True if an update was applied."""
+    def submit(self, grad: np.ndarray, version: int, progress: float) -> bool:
+        """Offer a gradient [P] computed at ``version`` when the run is at ``progress`` in [0, 1] of
+        its step budget; True if an update was applied."""
         update = self.combiner.combine(grad, version, self.version, self._weights)
         if update is None:
             return False
-        self.apply(update)
+        self.apply(update, progress)
         return True
 
-    def apply(self, update: np.ndarray) -> None:
-        """One optimizer step with ``update`` [P] as the gradient; the version moves on."""
-        self.algo.apply_gradients(update)
+    def apply(self, update: np.ndarray, progress: float) -> None:
+        """One optimizer step with ``update`` [P] as the gradient at ``progress`` (annealed schedules:
+        ``Algorithm.apply_gradients``); the version moves on."""
+        self.algo.apply_gradients(update, progress)
         self._set_version(self.version + 1)
 
     def adopt(self, version: int) -> bool:

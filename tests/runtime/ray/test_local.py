@@ -136,3 +136,17 @@ def test_da3c_learns_pendulum_with_asynchronous_continuous_workers(tmp_path):
     assert s["stop_reason"] == "eval_return" and s["best"]["score"] >= -500, s
     metrics = read_csv(result.run_dir / "metrics.csv")
     assert metrics["updates"][-1] > 0 and np.all(np.diff(metrics["weights_version"]) > 0)
+
+
+def test_the_parameter_server_anneals_the_learning_rate(tmp_path):
+    """DA3C with algo.anneal_lr: the server's lr falls with the run's env steps, as a Learner's would."""
+    cfg = mlxe.load_config("configs/pendulum_da3c.yaml", [
+        f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+        "stop.eval_return=null", "stop.max_env_steps=1600", "algo.anneal_lr=true",
+    ])
+    result = mlxe.train(cfg)
+    metrics = read_csv(result.run_dir / "metrics.csv")
+    lr = metrics["lr"]  # each iteration's: that of its last update
+    assert len(lr) >= 3 and np.all(np.diff(lr) < 0), lr
+    # the last iteration's last update came after at least 1,200 of the 1,600 steps (2 episodes of 200 left)
+    assert lr[0] < 3e-4 and lr[-1] <= 3e-4 * (1 - 1200 / 1600) + 1e-12, lr

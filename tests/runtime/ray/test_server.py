@@ -75,7 +75,7 @@ def test_server_update_equals_the_learners_own_update():
         b = batch(rng)
         grad, info = worker.gradient(server.weights(), b)
         assert grad.shape == w0.shape and set(info) >= {"loss", "grad_norm"}
-        assert server.submit(grad, server.version)
+        assert server.submit(grad, server.version, 0.0)
         learner.step(b)
         np.testing.assert_allclose(server.weights(), learner.weights(), atol=1e-6)
     assert server.version == 4 and server.algo.updates == 3
@@ -91,7 +91,7 @@ def test_first_update_is_a_plain_gradient_step():
     server = ParameterServer(a3c(0.1, seed=0), FifoCombiner(), WeightHistory(2))
     w0 = server.weights().copy()
     g = np.linspace(-1, 1, len(w0)).astype(np.float32)
-    server.apply(g)
+    server.apply(g, 0.0)
     np.testing.assert_allclose(server.weights(), w0 - 0.1 * g, atol=1e-6)  # RAdam's un-rectified first step
 
 
@@ -100,8 +100,22 @@ def test_dc_server_corrects_a_stale_gradient(lam):
     history = WeightHistory(20)
     server = ParameterServer(a3c(0.1, seed=0), DelayCompensatedCombiner(lam, history), history)
     g = np.full(len(server.weights()), 0.5, np.float32)
-    server.submit(g, 1)
+    server.submit(g, 1, 0.0)
     w2 = server.weights().copy()
     w1 = history.get(1)
     combined = server.combiner.combine(g, 1, 2, w2)
     np.testing.assert_allclose(combined, g + lam * g * g * (w2 - w1), rtol=1e-6)
+
+
+def test_the_server_anneals_a2cs_learning_rate_with_the_runs_progress():
+    """anneal_lr on the parameter server: each update is applied at lr * (1 - progress), as a Learner's."""
+    from mlxe import algos
+
+    cfg = load_config("configs/zoo/a2c/CartPole-v1.yaml", ["algo.anneal_lr=true", "algo.lr=0.01"])
+    server = ParameterServer(algos.algorithm("a2c")(cfg, SPEC, 0), FifoCombiner(), WeightHistory(2))
+    g = np.ones(len(server.weights()), np.float32)
+    lrs = []
+    for progress in (0.0, 0.5, 0.75):
+        server.submit(g, server.version, progress)
+        lrs.append(server.algo.server_iteration(0)["lr"])
+    assert lrs == pytest.approx([0.01, 0.005, 0.0025])
