@@ -136,7 +136,7 @@ def _simulators(cfg: Config, trainer) -> Iterator[None]:
         raise ConfigError(f"env.api: 'remote' needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
     from mlxe.envs.remote import start_hub, stop_hub
 
-    hub = start_hub(cfg, trainer.say, lambda: trainer.interrupted)
+    hub = start_hub(cfg, trainer.say, trainer.stopping)
     service = SimulatorService(trainer.run_dir, cfg.env.remote.address, hub)
     try:
         service.start()

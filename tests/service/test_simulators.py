@@ -415,3 +415,16 @@ def test_a_stop_asked_while_rows_wait_for_simulators_ends_the_wait_at_once():
         hub.reset(0)
     assert time.monotonic() - started < 2  # not connect_timeout
     hub.close()
+
+
+def test_the_wall_time_limit_ends_a_run_whose_simulators_never_came(tmp_path):
+    """The Executors wait for simulators that never connect: at stop.max_wall_seconds the run stops
+    (not an error, no run.max_restarts spent on replacements that would wait again) with a checkpoint."""
+    cfg = load_config(CONFIG, [*QUIET, f"run.dir={tmp_path}", "env.remote.connect_timeout=600", "stop.max_wall_seconds=2"])
+    started = time.monotonic()
+    result = train(cfg)
+    assert time.monotonic() - started < 30
+    assert result.summary["stop_reason"] == "max_wall_seconds" and result.summary["env_steps"] == 0, result.summary
+    status = json.loads((result.run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["restarts"] == 0
+    assert (result.run_dir / "checkpoints" / "last.pt").exists()
