@@ -216,6 +216,7 @@ class LocalRollouts:
             self.episodes_lost += self.cfg.envs_per_executor
             self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
             self.trainer.say(f"{failure}; not replaced: the run is stopping")
+            self.pool.abandon(i)
             if msg is not None and msg[0] == "rollout":
                 self._lost.append(i)
             return

@@ -20,6 +20,7 @@ with the run's resource requests and placement, so tests can subclass them. Both
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from mlxe.core import Episode, Segment
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.threads import limit_threads
+from mlxe.runtime.watchdog import Heartbeats
 
 
 class ObjectStoreWeights:
@@ -69,7 +71,11 @@ class Gradient:
 
 
 class Actor:
-    """What every Executor actor answers besides its work."""
+    """What every Executor actor answers besides its work. ``heartbeats``: when its Executor began
+    its current environment call, for the driver's watchdog (set by the subclass)."""
+
+    index: int
+    heartbeats: Heartbeats
 
     def describe(self) -> dict:
         """Where this actor runs: node id and address, process id."""
@@ -77,6 +83,12 @@ class Actor:
 
         ctx = ray.get_runtime_context()
         return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def env_call_seconds(self) -> float:
+        """How long the Executor's current environment step or reset has lasted (0: none in
+        progress). Answered in a thread of its own, beside the running call."""
+        began = self.heartbeats.times[self.index]
+        return time.monotonic() - began if began > 0 else 0.0
 
 
 class GradientActor(Actor):
@@ -93,8 +105,8 @@ class GradientActor(Actor):
         from mlxe import algos
 
         self.index, self.executors = index, executors
-        self.weights = ObjectStoreWeights()
-        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
+        self.weights, self.heartbeats = ObjectStoreWeights(), Heartbeats(executors)
+        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors, self.heartbeats)
         self.algo = algos.for_config(cfg)(replace(cfg, executors=1), self.executor.spec, seed)
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
@@ -138,8 +150,8 @@ class RolloutActor(Actor):
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
         self.index = index
-        self.weights = ObjectStoreWeights()
-        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors)
+        self.weights, self.heartbeats = ObjectStoreWeights(), Heartbeats(executors)
+        self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors, self.heartbeats)
         limit_threads(1, torch=not self.executor.spec.numpy_acting)  # the Executors are the parallelism of acting
         if state is not None:
             self.load_state_dict(state)

@@ -10,9 +10,11 @@ versions (:mod:`mlxe.runtime.collect`). Only the transport differs, :class:`RayR
 (:class:`~mlxe.runtime.ray.run.Publisher`). The Learner is the driver's, or with
 ``ray.learner_num_gpus`` > 0 one in an actor of its own (:mod:`~mlxe.runtime.ray.learner`).
 
-An actor that dies mid-rollout is replaced by the ExecutorSet (a restart in ``status.json`` and
-``metrics.csv``); its rollout is lost, and the replacement is asked for it again with the newest
-weights and the same filter statistics. Dropped and rejected rollouts are counted there too.
+An actor that dies mid-rollout, or whose environment call outlasts ``env.step_timeout``, is replaced
+by the ExecutorSet (a restart in ``status.json`` and ``metrics.csv``); its rollout is lost, and the
+replacement is asked for it again with the newest weights and the same filter statistics. Once the
+run is stopping a failed actor is not replaced: its rollout is reported lost. Dropped and rejected
+rollouts are counted there too.
 """
 
 from __future__ import annotations
@@ -42,14 +44,19 @@ class RayRollouts:
         self._asked[i] = (version, filters)
         self.run.executors.call(i, "rollout", version, box, filters, restart, steps)
 
-    def replies(self, timeout: float) -> list[tuple[int, Rollout]]:
+    def replies(self, timeout: float) -> list[tuple[int, Rollout | None]]:
         run = self.run
-        arrived = []
+        arrived: list[tuple[int, Rollout | None]] = []
         for i, _, rollout in run.executors.poll(timeout):
             self._asked.pop(i)
             arrived.append((i, rollout))
         for i, (_, filters) in list(self._asked.items()):
-            if run.executors.busy(i) == 0:  # its actor died and was replaced: ask the new one
+            if run.executors.busy(i) > 0:
+                continue
+            if i in run.executors.gone:  # it failed while the run was stopping: its rollout is lost
+                del self._asked[i]
+                arrived.append((i, None))
+            else:  # its actor died and was replaced: ask the new one
                 self.ask(i, filters)
         run.tick()
         return arrived

@@ -157,7 +157,7 @@ def ray_run(cfg: Config, trainer: Trainer, actor_class: type) -> Iterator[RayRun
                 cleanup.callback(slot.close)
             placement = Placement(cfg, n, tag + "executors")
             cleanup.callback(placement.remove)
-            executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag)
+            executors = ExecutorSet(cfg, actor_class, seeds.executors, states, placement, stats, tag, trainer.stopping)
             publisher = Publisher()
             state = "failed"
             try:

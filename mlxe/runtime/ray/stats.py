@@ -58,6 +58,10 @@ class RunStats:
     def failed(self, index: int, error: str) -> None:
         self.executors[index].failed(error)
 
+    def gave_up(self, index: int, error: str) -> None:
+        """Executor ``index`` failed while the run was stopping: not replaced, so no restart counted."""
+        self.executors[index].state, self.executors[index].error = "failed", error
+
     def used(self, index: int, lag: int | None, episodes: int = 1) -> None:
         """An episode of Executor ``index`` (or a rollout in which ``episodes`` ended), played ``lag``
         versions ago, went into training (``lag`` None: not counted in the lag column, e.g. with

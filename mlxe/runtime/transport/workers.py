@@ -96,6 +96,10 @@ class ThreadPool:
         self._inboxes[i] = queue.Queue()
         self._threads[i] = self._start(i, args)
 
+    def abandon(self, i: int) -> None:
+        """Give up worker ``i`` (it failed and is not replaced): a thread cannot be stopped from
+        outside, so a hung one is left behind (a daemon, it ends with the process)."""
+
     def pid(self, i: int) -> int:
         """The process worker ``i`` runs in: this one."""
         return os.getpid()
@@ -134,6 +138,7 @@ class ProcessPool:
         self._ctx, self._compute_threads = ctx, threads
         self._conns: list[connection.Connection] = []
         self._procs = []
+        self._abandoned: set[int] = set()  # given up: neither waited on nor restarted
         for i, (_, _, args) in enumerate(workers):
             conn, proc = self._start(i, args)
             self._conns.append(conn)
@@ -158,6 +163,15 @@ class ProcessPool:
             old.join(1.0)
         self._conns[i].close()
         self._conns[i], self._procs[i] = self._start(i, args)
+        self._abandoned.discard(i)
+
+    def abandon(self, i: int) -> None:
+        """Give up worker ``i`` (it failed and is not replaced): its process is killed now, if it
+        still runs (e.g. hung in an environment step), rather than waited for when the pool closes."""
+        self._abandoned.add(i)
+        if self._procs[i].is_alive():
+            self._procs[i].kill()
+        self._procs[i].join(1.0)
 
     def pid(self, i: int) -> int:
         """Worker ``i``'s process id."""
@@ -175,8 +189,9 @@ class ProcessPool:
 
     def recv(self, timeout: float | None = None) -> tuple[int, tuple] | None:
         """The next message as ``(worker index, msg)``, or None after ``timeout`` seconds."""
-        sentinels = {p.sentinel: i for i, p in enumerate(self._procs)}
-        ready = connection.wait([*self._conns, *sentinels], timeout)
+        live = [i for i in range(len(self)) if i not in self._abandoned]
+        sentinels = {self._procs[i].sentinel: i for i in live}
+        ready = connection.wait([*(self._conns[i] for i in live), *sentinels], timeout)
         if not ready:
             return None
         # Pipes first: a worker's last message may arrive together with its exit.
