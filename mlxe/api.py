@@ -86,10 +86,11 @@ def train(
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             trainer.stop_clock()
-            message = (
-                f"no space left to write {e.filename or trainer.run_dir}: the run stopped; its newest checkpoint "
-                f"in {trainer.checkpoints.path} is kept (mlxe train --resume {trainer.run_dir} once there is room)"
+            kept = (
+                f"its newest checkpoint in {trainer.checkpoints.path} is kept (mlxe train --resume {trainer.run_dir} "
+                "once there is room)" if trainer.checkpoint_path.exists() else "it had written no checkpoint yet"
             )
+            message = f"no space left to write {e.filename or trainer.run_dir}: the run stopped; {kept}"
             with suppress(OSError):  # the disk may still be full
                 trainer.summary("error", error=message)
             raise RunStopped(message) from None

@@ -119,7 +119,12 @@ class Trainer:
         for signum, handler in self._old_handlers.items():
             signal.signal(signum, handler)
         self.progress.__exit__(*exc)
-        self.metrics.close()
+        try:
+            self.metrics.close()
+        except OSError:
+            if exc[0] is None:
+                raise
+            # a full disk that stopped the run fails the last flush too: the run's own error says so
 
     def _on_stop_signal(self, signum, frame) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -354,7 +359,7 @@ class Trainer:
         if evaluation_last is not None:
             summary["evaluation_last"] = evaluation_last
         summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         if self.cfg.run.plot:
             from mlxe.telemetry.plots import plot_learning_curve
 
@@ -362,6 +367,17 @@ class Trainer:
                 self.run_dir / "episodes.csv", self.run_dir / "learning_curve.png", self.cfg.run.window, self.cfg.name
             )
         return summary
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` whole or keeps what it held (a full disk leaves no half-written file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _warn(message: str) -> None:

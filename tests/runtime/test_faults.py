@@ -209,3 +209,32 @@ def test_ppo_solves_cartpole_whose_environment_crashes_and_stalls(tmp_path, arch
     assert result.summary["stop_reason"] == "eval_return", result.summary
     metrics = read_csv(result.run_dir / "metrics.csv")
     assert metrics["restarts"][-1] > 0  # the faults did happen
+
+
+def test_a_disk_that_fills_while_logging_stops_the_run_with_one_error(tmp_path, monkeypatch):
+    """ENOSPC from the metrics (as a full disk gives it, e.g. a small tmpfs): the run stops with an
+    error saying so and what was kept, and the logs' own failing flush does not bury it."""
+    import errno
+
+    from mlxe.api import RunStopped
+    from mlxe.telemetry.metrics import MetricsWriter
+
+    log = MetricsWriter.log
+
+    def full_after_5(self, row):
+        if row["iteration"] > 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        log(self, row)
+
+    def full_close(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(MetricsWriter, "log", full_after_5)
+    monkeypatch.setattr(MetricsWriter, "close", full_close)
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "arch=is", "stop.eval_return=null", "run.checkpoint_every=2"])
+    with pytest.raises(RunStopped, match=r"no space left to write .*: the run stopped; its newest checkpoint in .* is kept"):
+        mlxe.train(cfg)
+    run_dir = next(tmp_path.iterdir())
+    assert load_checkpoint(run_dir)["trainer"]["iteration"] == 4
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "error"
