@@ -260,7 +260,10 @@ class LocalRollouts:
     def close(self, state: str = "finished") -> None:
         try:
             self.pool.close()
-        finally:  # also when a second Ctrl-C interrupts the closing: status.json must not say "running"
+        except BaseException:  # a second Ctrl-C while closing: the run is aborted
+            state = "failed"
+            raise
+        finally:  # status.json must not say "running"
             for e in self.executors:
                 if e.state != "failed":
                     e.state = "done"

@@ -238,3 +238,20 @@ def test_a_disk_that_fills_while_logging_stops_the_run_with_one_error(tmp_path, 
     run_dir = next(tmp_path.iterdir())
     assert load_checkpoint(run_dir)["trainer"]["iteration"] == 4
     assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "error"
+
+
+@pytest.mark.parametrize("arch", ["is", "oa"])
+def test_a_second_ctrl_c_aborts_and_says_so(tmp_path, arch):
+    proc, run_dir = start_run(tmp_path, f"arch={arch}", *(["executors=1"] if arch == "oa" else []))
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "mlxe: aborted" in err, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "aborted" and "second Ctrl-C" in summary["error"]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "failed"
