@@ -18,6 +18,8 @@ def test_table_reports_medians_over_successes_only():
 
 
 def test_bench_runs_each_architecture_and_writes_its_report(tmp_path):
+    # seeds 0-4 of this 16-unit A3C played a 30-step episode within 4 / 2 / 4 / 4 / 26 episodes (IS,
+    # ISTB the same); the budget of 200 episodes is 7x the slowest; the bench's one seed is seed 0
     path = bench_architectures(
         seeds=1, archs=["is", "istb"], out_dir=tmp_path,
         overrides=["executors=2", "start_method=fork", "model.trunk=[16]", "model.policy_head=[16]",

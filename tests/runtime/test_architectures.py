@@ -121,7 +121,10 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, arch):
     ],
 )
 def test_each_stop_condition_stops_the_run_and_is_named(make_config, overrides, reason):
-    cfg = make_config("stop.max_episodes=5000", *overrides)
+    # the goals are small: seeds 0-4 played a 15-step episode within 2 / 2 / 2 / 4 / 2 episodes, and
+    # every seed's first evaluation (iteration 2) beat -100 (CartPole pays +1 a step); 5,000 episodes
+    # is far beyond either; seed 0 (the config's)
+    cfg = make_config("seed=0", "stop.max_episodes=5000", *overrides)
     s = mlxe.train(cfg).summary
     assert s["stop_reason"] == reason
     if reason == "max_env_steps":

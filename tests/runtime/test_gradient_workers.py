@@ -94,12 +94,15 @@ def test_bad_settings_are_config_errors():
 
 
 def test_ppo_with_two_gloo_workers_solves_cartpole(tmp_path):
-    # The zoo's PPO reaches a greedy 475 within 14,080 env steps on seeds 0-2; its minibatches here
-    # are split between the Learner and a worker process.
+    # The zoo's PPO, its minibatches split between the Learner and a worker process (the sum of the two
+    # shares' gradients differs from the Learner's alone in the last bits, so the runs differ too). Its
+    # lr and clip anneal over the budget: with the zoo's 100,000 env steps seeds 0-4 reached a greedy
+    # 475 at 15,360 / 7,680 / 5,120 / 26,880 / 19,200 env steps (AMD EPYC, 2 cores), 3.7x the slowest;
+    # seed 0. (With the 40,000 it had, seed 0 needed 29,440 and seed 3 never got there, best 457.)
     config = load_config(
         "configs/zoo/ppo/CartPole-v1.yaml",
         [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
-         "stop.max_env_steps=40000", "learner.gradient_workers=2"],
+         "seed=0", "learner.gradient_workers=2"],
     )
     summary = mlxe.train(config).summary
     assert summary["stop_reason"] == "eval_return", summary

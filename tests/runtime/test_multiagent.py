@@ -11,7 +11,9 @@ def quiet(tmp_path, *overrides):
 
 
 def test_two_policies_learn_to_balance_twin_cartpole_together(tmp_path):
-    """Each cart has its own PPO policy; the shared reward needs both."""
+    """Each cart has its own PPO policy; the shared reward needs both. With the config's 300,000 env
+    steps (the lr and clip anneal over them) seeds 0-2 reached the goal at 104,960 / 133,120 / 184,320
+    env steps (AMD EPYC, 2 cores; seeds 3, 4 not run: 2-3 minutes each): 1.6x the slowest; seed 0."""
     result = mlxe.train(mlxe.load_config("configs/twin_cartpole_ppo.yaml", quiet(tmp_path, "seed=0")))
     s = result.summary
     assert s["stop_reason"] == "eval_return" and s["best"]["score"] >= 475, s
@@ -24,7 +26,9 @@ def test_two_policies_learn_to_balance_twin_cartpole_together(tmp_path):
 
 
 def test_a_learned_player_beats_a_rule_opponent_through_the_aec_api(tmp_path):
-    """Rock-paper-scissors (PettingZoo's AEC API, converted): the opponent always plays rock."""
+    """Rock-paper-scissors (PettingZoo's AEC API, converted): the opponent always plays rock. Seeds 0-4
+    reached 14 of 15 at 480 / 480 / 960 / 960 / 960 env steps (the first or second evaluation; AMD
+    EPYC, 2 cores); the budget of 20,000 is 20x the slowest; seed 0."""
     cfg = mlxe.load_config(None, quiet(
         tmp_path, "env.id=pettingzoo.classic.rps.rps:env", "env.api=pettingzoo", "algo.name=ppo", "algo.lr=0.003",
         "model.trunk=[]", "model.policy_head=[32]", "model.value_head=[32]", "arch=istb", "executors=1",

@@ -1,11 +1,13 @@
 """The off-policy actor-critics learn Pendulum-v1 through the runtime: SAC with two Executor
 processes feeding one replay, TD3, and DDPG as RELAAX ran it (four Executors). Small 64-64 networks
-keep each run short; the budgets leave about 2x the env steps the seeds needed."""
+keep each run short. Each budget is at least 1.5x the most env steps any of seeds 0-4 needed (measured
+on a 2-core AMD EPYC, to the first greedy evaluation, every 25 iterations, at or above -250), and each
+test runs a seed that is not the slowest."""
 
 import mlxe
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "model.trunk=[64,64]",
-         "stop.eval_every=25", "stop.eval_return=-250", "seed=0"]
+         "stop.eval_every=25", "stop.eval_return=-250"]
 
 
 def train(tmp_path, config: str, *overrides: str) -> dict:
@@ -13,18 +15,22 @@ def train(tmp_path, config: str, *overrides: str) -> dict:
 
 
 def test_sac_learns_pendulum_with_two_executor_processes(tmp_path):
-    # seed 0 reached -200 in 4,000 env steps (3,900 gradient steps)
-    summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", "arch=is", "executors=2", "stop.max_env_steps=8000")
+    # seeds 0-4 reached -250 in 4,000 / 4,000 / 3,200 / 4,000 / 4,000 env steps; budget 8,000 (2x); seed 2
+    summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", "arch=is", "executors=2", "seed=2",
+                    "stop.max_env_steps=8000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary
 
 
 def test_td3_learns_pendulum(tmp_path):
-    # seed 0 reached -200 in 7,600 env steps with 1,000 uniform ones first
-    summary = train(tmp_path, "configs/zoo/td3/Pendulum-v1.yaml", "algo.learning_starts=1000", "stop.max_env_steps=15000")
+    # with 1,000 uniform steps first, seeds 0-4 reached -250 in 6,000 / 5,200 / 6,000 / 6,400 / 6,400 env
+    # steps; budget 15,000 (2.3x); seed 0
+    summary = train(tmp_path, "configs/zoo/td3/Pendulum-v1.yaml", "algo.learning_starts=1000", "seed=0",
+                    "stop.max_env_steps=15000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary
 
 
 def test_ddpg_learns_pendulum_as_relaax_ran_it(tmp_path):
-    # RELAAX's settings with four Executors: seed 0 reached -200 in 20,800 env steps
-    summary = train(tmp_path, "configs/pendulum_ddpg.yaml", "stop.max_env_steps=40000")
+    # RELAAX's settings with four Executors: seeds 0-4 reached -250 in 12,800 / 11,200 / 14,400 / 12,800 /
+    # 12,800 env steps; budget 40,000 (2.8x); seed 0
+    summary = train(tmp_path, "configs/pendulum_ddpg.yaml", "seed=0", "stop.max_env_steps=40000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary

@@ -24,7 +24,9 @@ def test_oa_checkpoints_with_rollouts_in_flight_and_resumes(tmp_path):
 
 def test_oa_ppo_solves_cartpole(tmp_path):
     """Acting beside learning (rollouts one weight version behind) still solves CartPole-v1, and the
-    run is reproducible: each rollout plays with the version it was asked with, whatever the timing."""
+    run is reproducible: each rollout plays with the version it was asked with, whatever the timing.
+    With the zoo's 100,000 env steps (the lr and clip anneal over them) seeds 0-4 reached the goal at
+    17,920 / 20,480 / 12,800 / 2,560 / 25,600 env steps (AMD EPYC, 2 cores): 3.9x the slowest; seed 0."""
     runs = [mlxe.train(oa_config(tmp_path, "seed=0")) for _ in range(2)]
     assert runs[0].summary["env_steps"] == runs[1].summary["env_steps"]
     assert runs[0].summary["best_return"] == runs[1].summary["best_return"]

@@ -126,7 +126,10 @@ def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(ray_confi
 
 def test_da3c_learns_pendulum_with_asynchronous_continuous_workers(tmp_path):
     """RELAAX's DA3C: A2C workers push the gradients of their fresh segments to the parameter server.
-    Seed 0 passed a greedy -300 at 80,000 env steps and -200 at 240,600 (random play: about -1,200)."""
+    Seed 0 passed a greedy -300 at 80,000 env steps and -200 at 240,600 (random play: about -1,200).
+    Not reproducible by design, so no seed table: the server applies each gradient as it arrives
+    (ray.mode async_gradients, ray.combine fifo), so the order of the updates, and with it the run,
+    follows the workers' timing. The goal (-500) and budget (200,000) leave the margin instead."""
     cfg = mlxe.load_config("configs/pendulum_da3c.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
         "run.status_every=0.1", "stop.eval_return=-500", "stop.max_env_steps=200000",
