@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
+
+from tests.runtime.crashing_env import first_to_claim
 
 
 class LimitedCartPole(CartPoleEnv):
@@ -52,13 +53,7 @@ class BadCartPole(LimitedCartPole):
         return obs, reward, terminated, truncated, info
 
     def _first(self) -> bool:
-        if self.once is None:
-            return True
-        try:
-            Path(self.once).touch(exist_ok=False)
-        except FileExistsError:
-            return False
-        return True
+        return self.once is None or first_to_claim(self.once)
 
 
 class FaultyCartPole(LimitedCartPole):

@@ -37,10 +37,13 @@ class CrashingEnv(gymnasium.Env):
         return np.zeros(4, np.float32), 1.0, self._t >= 2 * self.crash_at, False, {}
 
     def _first_crash(self) -> bool:
-        if self.once is None:
-            return True
-        try:
-            Path(self.once).touch(exist_ok=False)
-        except FileExistsError:
-            return False
-        return True
+        return self.once is None or first_to_claim(self.once)
+
+
+def first_to_claim(path: str) -> bool:
+    """True for the first caller, in any process, to claim ``path`` (it creates the file)."""
+    try:
+        Path(path).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
