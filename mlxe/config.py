@@ -508,7 +508,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             # NaN passes every range check (each comparison is false), and inf is no setting's sensible
-            # value (null spells "no limit" where there is one)
+            # value (null spells "no limit" where there is one) but stop.eval_return's: evaluate, never stop
+            if key == "stop.eval_return" and value == math.inf:
+                return math.inf
             if abs(value) > sys.float_info.max or not math.isfinite(value):
                 raise _NotFinite(f"{key}: {value!r} is not allowed; expected a finite number")
             return float(value)

@@ -786,7 +786,8 @@ def _every_float_key() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("algo, key", _every_float_key())
 def test_every_float_setting_refuses_nan_and_inf_naming_the_key(algo, key):
-    for value in (".nan", ".inf", "-.inf", "2e400"):
+    refused = (".nan", "-.inf") if key == "stop.eval_return" else (".nan", ".inf", "-.inf", "2e400")  # .inf: never stop
+    for value in refused:
         item = f"{key}=[{value}]" if key.startswith("env.remote.action_") else f"{key}={value}"
         with pytest.raises(ConfigError) as e:
             load_config(None, [f"algo.name={algo}", item])
@@ -941,3 +942,10 @@ def test_model_keys_the_environment_reads_are_accepted():
     assert _spec(image, 2, "model.conv=[[16, 3, 1]]").encoder == "cnn"
     parts = gymnasium.spaces.Dict({"a": image, "b": gymnasium.spaces.Box(-1, 1, (3,))})
     assert _spec(parts, 2, "model.conv=[[16, 3, 1]]").encoder == "concat"
+
+
+def test_stop_eval_return_may_be_inf_evaluations_that_never_stop_the_run():
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", ["stop.eval_return=.inf"])
+    assert cfg.stop.eval_return == float("inf")
+    with pytest.raises(ConfigError, match="stop.eval_return: -inf is not allowed"):
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", ["stop.eval_return=-.inf"])
