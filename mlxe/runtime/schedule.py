@@ -53,7 +53,7 @@ from mlxe.runtime.watchdog import Heartbeats
 
 POLL_S = 0.2  # how often a waiting coordinator looks at its pool
 # Once the run is stopping (Ctrl-C, SIGTERM, the wall-time limit), an environment call may take
-# at most this long (or env.step_timeout if shorter) before its Executor is replaced: the final
+# at most this long (or env.step_timeout if shorter) before its Executor is given up: the final
 # checkpoint waits for no hung environment.
 STOP_GRACE_S = 5.0
 
@@ -214,7 +214,7 @@ class LocalRollouts:
         if self.trainer.stopping():
             self.gone.add(i)
             self.episodes_lost += self.cfg.envs_per_executor
-            self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
+            self.executors[i].failed(last_line(failure))
             self.trainer.say(f"{failure}; not replaced: the run is stopping")
             self.pool.abandon(i)
             if msg is not None and msg[0] == "rollout":
@@ -228,7 +228,7 @@ class LocalRollouts:
         self.restarts[i] += 1
         self.episodes_lost += self.cfg.envs_per_executor
         self.trainer.say(f"{failure}; replaced ({self.restarts[i]} of run.max_restarts={limit})")
-        self.executors[i].failed(failure.detail.strip().splitlines()[-1] if failure.detail.strip() else str(failure))
+        self.executors[i].failed(last_line(failure))
         self.pool.restart(i, self._arguments(i, None))
         self.executors[i].state, self.executors[i].pid = "started", self.pool.pid(i)
         if msg is not None and msg[0] == "rollout":  # with the newest weights, from its fresh environments
@@ -268,6 +268,12 @@ class LocalRollouts:
                 if e.state != "failed":
                     e.state = "done"
             self.write_status(state, force=True)
+
+
+def last_line(failure: WorkerFailed) -> str:
+    """What a failed Executor's status shows: the last line of its error."""
+    detail = failure.detail.strip()
+    return detail.splitlines()[-1] if detail else str(failure)
 
 
 def run_local(cfg: Config, trainer: Trainer) -> str:
