@@ -115,7 +115,9 @@ def _served(cfg: Config, trainer) -> Iterator[None]:
         from mlxe.service.server import RunService
     except ImportError as e:
         raise ConfigError(f"run.serve: the run service needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
-    service = RunService(trainer.run_dir, cfg.run.serve)
+    from mlxe.runtime.checkpoints import run_identity
+
+    service = RunService(trainer.run_dir, cfg.run.serve, expect=run_identity(cfg))
     service.start()
     trainer.say(f"serving the run at {service.url} (its token: {trainer.run_dir / 'service.json'})")
     try:

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from mlxe.runtime.checkpoints import CheckpointError, load_checkpoint
+from mlxe.runtime.checkpoints import CheckpointError, check_finite_weights, load_checkpoint
 from mlxe.runtime.status import STATUS_FILE
 from mlxe.service.status import status_summary
 
@@ -137,8 +137,12 @@ def _int_param(request: Request, name: str, default: int | None, low: int, high:
     return value
 
 
-def make_app(run_dir: Path, token: str) -> Starlette:
-    """The run service of ``run_dir``; its API answers requests that carry ``token``."""
+def make_app(run_dir: Path, token: str, expect: dict | None = None) -> Starlette:
+    """The run service of ``run_dir``; its API answers requests that carry ``token``.
+
+    ``expect``: the run's identity (:func:`mlxe.runtime.checkpoints.run_identity`); a ``best.pt`` of
+    another algorithm or network size, or with non-finite weights, is then an error, never served.
+    """
     run_dir = Path(run_dir)
     expected = token.encode()
     metrics = CsvFollower(run_dir / "metrics.csv")
@@ -220,8 +224,10 @@ def make_app(run_dir: Path, token: str) -> Starlette:
         with weights_lock:  # one load at a time: a checkpoint can be large
             if key not in weights_cache:
                 try:
-                    weights = load_checkpoint(best)["weights"]
-                except (CheckpointError, KeyError) as e:
+                    state = load_checkpoint(best, expect=expect)
+                    check_finite_weights(best, state)
+                    weights = state["weights"]
+                except CheckpointError as e:
                     return _error(500, f"checkpoints/best.pt has no usable weights: {e}")
                 buffer = io.BytesIO()
                 np.save(buffer, weights.numpy().astype(np.float32, copy=False), allow_pickle=False)

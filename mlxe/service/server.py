@@ -187,10 +187,15 @@ class HttpService:
 
 
 class RunService(HttpService):
-    """The run service of ``run_dir`` (:func:`mlxe.service.app.make_app`), on ``run.serve``'s address."""
+    """The run service of ``run_dir`` (:func:`mlxe.service.app.make_app`), on ``run.serve``'s address;
+    ``expect``: the run's identity, which the ``best.pt`` it serves must have."""
+
+    def __init__(self, run_dir: Path, address: str | int, expect: dict | None = None) -> None:
+        super().__init__(run_dir, address)
+        self.expect = expect
 
     def make_app(self, token: str):
-        return make_app(self.run_dir, token)
+        return make_app(self.run_dir, token, self.expect)
 
 
 def _connection_cap(wanted: int) -> int:

@@ -214,6 +214,22 @@ def test_a_corrupted_best_checkpoint_is_an_error_not_weights(client, run_dir):
     assert response.status_code == 500 and "best.pt" in response.json()["error"]
 
 
+def test_a_best_checkpoint_of_another_run_or_with_nan_weights_is_an_error_not_weights(tmp_path):
+    run_dir = make_run(tmp_path / "run", best=False)
+    client = TestClient(make_app(run_dir, TOKEN, expect={"algorithm": "ppo", "weights": 37}))
+    write_best(run_dir, np.zeros(36, np.float32))  # another network size
+    response = client.get("/api/weights/best.npy", headers=AUTH)
+    assert response.status_code == 500, response.text
+    assert "best.pt" in response.json()["error"] and "36 weights vs 37" in response.json()["error"]
+    weights = np.zeros(37, np.float32)
+    weights[5] = np.nan
+    write_best(run_dir, weights)
+    response = client.get("/api/weights/best.npy", headers=AUTH)
+    assert response.status_code == 500 and "1 of its 37 weights are NaN or infinite" in response.json()["error"]
+    write_best(run_dir, np.ones(37, np.float32))  # this run's
+    assert client.get("/api/weights/best.npy", headers=AUTH).status_code == 200
+
+
 def test_other_paths_and_methods_are_json_errors(client):
     assert client.get("/api/nothing", headers=AUTH).status_code == 404
     response = client.post("/api/status", headers=AUTH)

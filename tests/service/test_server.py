@@ -324,3 +324,20 @@ def test_the_connection_cap_leaves_most_descriptors_to_the_training(monkeypatch)
     assert _connection_cap(64) == 64
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert _connection_cap(64) == 64
+
+
+def test_a_run_serves_only_its_own_best_checkpoint(tmp_path, monkeypatch):
+    """``run.serve``: the service is given the run's identity, which the run's own best.pt has."""
+    import mlxe
+    from mlxe.runtime.checkpoints import load_checkpoint
+
+    served = []
+    monkeypatch.setattr(RunService, "start", lambda self: served.append(self) or self)
+    monkeypatch.setattr(RunService, "stop", lambda self: None)
+    cfg = mlxe.load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+        "run.serve=127.0.0.1:0", "stop.max_env_steps=2048",
+    ])
+    result = mlxe.train(cfg)
+    best = load_checkpoint(result.run_dir / "checkpoints" / "best.pt")
+    assert [s.expect for s in served] == [best["run"]] == [{"algorithm": "ppo", "weights": best["weights"].numel()}]
