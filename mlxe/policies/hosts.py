@@ -125,7 +125,7 @@ class Processes(_Remote):
         workers = [
             (f"policy-{p.name}", policy_loop, (p.cfg, p.spec, s, run.torch_threads)) for p, s in zip(plans, seeds)
         ]
-        self.pool = ProcessPool(workers, context(run), run.torch_threads)
+        self.pool = ProcessPool(workers, context(run, autograd=True), run.torch_threads)
         for name, reply in self._ask_all(("snapshot",)).items():
             self._snapshot(name, *reply[1:])
 

@@ -34,6 +34,7 @@ import numpy as np
 from mlxe.config import Config
 from mlxe.core import Algorithm, GradientWorkers
 from mlxe.models.actor_critic import NetSpec
+from mlxe.runtime.setup import context
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
 
@@ -140,12 +141,12 @@ class GlooWorkers(GradientWorkers):
         import torch.distributed as dist
 
         self.count = count
+        processes = context(cfg, autograd=True)  # first: a refused start method starts nothing
         timeout = datetime.timedelta(seconds=TIMEOUT_S)
         # port 0: the store binds a free port, which the workers are given
         self.store = dist.TCPStore("127.0.0.1", 0, count + 1, True, timeout=timeout, wait_for_workers=False)
-        context = mp.get_context(cfg.start_method)
         self.processes = [
-            context.Process(
+            processes.Process(
                 target=_serve, args=(rank, count + 1, self.store.port, cfg, spec, seed), name=f"gradient-worker-{rank}", daemon=True
             )
             for rank in range(1, count + 1)

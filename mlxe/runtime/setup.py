@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlxe.config import Config
+from mlxe.config import Config, ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
 from mlxe.models.actor_critic import NetSpec, net_spec
 
@@ -53,5 +53,20 @@ def problem_spec(cfg: Config) -> NetSpec:
         env.close()
 
 
-def context(cfg: Config):
+def context(cfg: Config, autograd: bool = False):
+    """The multiprocessing context of ``cfg.start_method``; ``autograd``: for processes that compute
+    gradients (policies in processes, gradient workers).
+
+    On a machine with CUDA, PyTorch's autograd engine starts threads at its first backward pass, and
+    a process forked after that cannot run one (https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork):
+    that combination is refused up front instead of failing in the child part-way through a run.
+    """
+    if autograd and cfg.start_method == "fork":
+        import torch
+
+        if torch.cuda.is_available():
+            raise ConfigError(
+                "start_method: 'fork' cannot start processes that compute gradients on a machine with CUDA "
+                "(PyTorch's autograd threads do not survive a fork); use spawn or forkserver"
+            )
     return mp.get_context(cfg.start_method)

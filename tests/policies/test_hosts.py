@@ -3,13 +3,17 @@ in a process each, or in a Ray actor each (on a local Ray)."""
 
 import numpy as np
 import pytest
+import torch
 
 import mlxe
+from mlxe.config import ConfigError
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.telemetry.metrics import read_csv
 from tests.runtime.ray.helpers import assert_same_state
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
+# fork starts fastest, but not processes that compute gradients on a machine with CUDA (mlxe.runtime.setup.context)
+START = "start_method=spawn" if torch.cuda.is_available() else "start_method=fork"
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", START,
          "stop.eval_return=null", "stop.max_env_steps=1536", "run.checkpoint_every=2", "seed=1"]
 COLUMNS = ("cart_0/loss", "cart_1/loss", "cart_0/lr", "cart_1/entropy")
 
@@ -35,6 +39,12 @@ def test_policies_in_processes_learn_what_they_learn_in_the_learner(tmp_path):
     sequential = run(tmp_path, "arch=is")
     processes = run(tmp_path, "arch=is", "learner.placement=processes")
     assert_same_run(sequential, processes)
+
+
+def test_fork_is_refused_for_policy_processes_on_a_machine_with_cuda(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="start_method: 'fork' cannot start processes that compute gradients"):
+        run(tmp_path, "arch=is", "learner.placement=processes", "start_method=fork")
 
 
 def test_policies_in_ray_actors_learn_what_they_learn_in_the_driver(tmp_path):

@@ -160,3 +160,11 @@ def test_a_gloo_worker_killed_while_starting_is_named_at_once():
             build_learner(cfg("learner.gradient_workers=2"), SPEC, seed=3)
     finally:
         killer.join()
+
+
+def test_fork_is_refused_for_gradient_workers_on_a_machine_with_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="start_method: 'fork' cannot start processes that compute gradients"):
+        build_learner(cfg("learner.gradient_workers=2", "start_method=fork"), SPEC, seed=3)

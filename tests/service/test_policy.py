@@ -142,7 +142,8 @@ def test_every_route_needs_the_token(service):
     ({"observations": [[0, -4e38, 0, 0]]}, "observations: every value must be a finite number within float32's"),
     # an integer past float64's range, and nesting past what json.loads recurses: neither may be a 500
     ('{"observations": [[1' + "0" * 400 + ', 0, 0, 0]]}', "observations: a number is beyond float range"),
-    ('{"observations": ' + "[" * 3000 + "]" * 3000 + "}", "body: JSON nested too deeply"),
+    # Python before 3.12 cannot parse this nesting (the body's error); 3.12's parser can (the field's)
+    ('{"observations": ' + "[" * 3000 + "]" * 3000 + "}", ("body: JSON nested too deeply", "observations: expected numbers")),
     ('{"observations": ' + "[" * 100 + "]" * 100 + "}", "observations: expected numbers in nested lists"),
 ])
 def test_malformed_act_requests_are_400_naming_the_field(service, body, message):
@@ -171,7 +172,8 @@ def test_sessions_are_400_for_numbers_and_nesting_the_parser_rejects(service):
     assert code == 400 and answer["error"].startswith("envs: expected an integer from 1 to 4096, got 1000")
     assert len(answer["error"]) < 200  # the value is cut short, not echoed whole
     code, answer = client("POST", "/v1/sessions", '{"envs": ' + "[" * 5000 + "]" * 5000 + "}")
-    assert code == 400 and answer["error"].startswith("body: JSON nested too deeply")
+    # Python before 3.12 cannot parse this nesting (the body's error); 3.12's parser can (the field's)
+    assert code == 400 and answer["error"].startswith(("body: JSON nested too deeply", "envs: expected an integer"))
 
 
 def test_the_environments_of_all_sessions_together_are_capped(recurrent_run):

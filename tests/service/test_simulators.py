@@ -263,12 +263,13 @@ def test_values_within_float32s_range_reach_the_executor(service, monkeypatch):
 
 def test_steps_are_400_for_numbers_and_nesting_the_parser_rejects(service):
     client = Client(service)
-    assert client("POST", "/v1/connect", '{"envs": ' + "[" * 3000 + "]" * 3000 + "}") == (
-        400, {"error": "body: JSON nested too deeply (no field needs more than a few levels)"})
+    # Python before 3.12 cannot parse this nesting (the body's error); 3.12's parser can (the field's)
+    code, answer = client("POST", "/v1/connect", '{"envs": ' + "[" * 3000 + "]" * 3000 + "}")
+    assert code == 400 and answer["error"].startswith(("body: JSON nested too deeply (no field needs", "envs: expected an integer"))
     session = client("POST", "/v1/connect", {"envs": 2})[1]["session"]
     nested = "[" * 3000 + "]" * 3000
     code, answer = client("POST", "/v1/step", f'{{"session": "{session}", "obs": {nested}}}')
-    assert code == 400 and answer["error"].startswith("body: JSON nested too deeply")
+    assert code == 400 and answer["error"].startswith(("body: JSON nested too deeply", "obs: expected"))
     huge = "1" + "0" * 400  # an integer past float64's range
     code, answer = client("POST", "/v1/step", f'{{"session": "{session}", "obs": [[{huge}, 0, 0, 0], [0, 0, 0, 0]]}}')
     assert code == 400 and answer["error"].startswith("obs: a number is beyond float range")
