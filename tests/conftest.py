@@ -27,3 +27,11 @@ def small_config(tmp_path, *overrides: str) -> Config:
 @pytest.fixture
 def make_config(tmp_path):
     return lambda *overrides: small_config(tmp_path, *overrides)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``) the tests that start a local Ray instance run
+    on one worker, one after another: two Ray instances at once would contend for the same cores."""
+    for item in items:
+        if "ray" in item.path.parts or "ray" in item.name.split("_"):
+            item.add_marker(pytest.mark.xdist_group("ray"))

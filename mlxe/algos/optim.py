@@ -39,8 +39,10 @@ class FiniteSteps:
 
     A step whose gradient norm is NaN or infinite (a loss that overflowed, a gradient that
     exploded) is skipped: the weights and the optimizer's moments stay as they were, and the step
-    is counted in ``skipped``. ``limit`` skipped steps in a row raise :class:`NonFiniteError`
-    naming ``owner``: the run stops with its last good checkpoint instead of training on NaN.
+    is counted in ``skipped``. ``limit`` skipped steps in a row of one optimizer raise
+    :class:`NonFiniteError` naming ``owner``: the run stops with its last good checkpoint instead of
+    training on NaN. The streaks are per optimizer: an actor whose steps go on cannot hide a critic
+    that no longer learns.
     Reading the norm costs one device synchronization per step on a GPU; a step being captured
     into a CUDA graph cannot branch, so it is applied as it is (the schedule's check of the
     published weights stops such a run instead).
@@ -49,7 +51,7 @@ class FiniteSteps:
     def __init__(self, limit: int, owner: str) -> None:
         self.limit, self.owner = limit, owner
         self.skipped = 0  # in all
-        self.in_a_row = 0
+        self.in_a_row: dict[int, int] = {}  # id(optimizer) -> its skipped steps since its last applied one
 
     def step(self, optimizer, grad_norm) -> bool:
         """``optimizer.step()`` unless ``grad_norm`` (a float or a 0-d tensor) is not finite;
@@ -61,13 +63,13 @@ class FiniteSteps:
             return True
         if math.isfinite(float(grad_norm)):
             optimizer.step()
-            self.in_a_row = 0
+            self.in_a_row[id(optimizer)] = 0
             return True
         self.skipped += 1
-        self.in_a_row += 1
-        if self.in_a_row >= self.limit:
+        streak = self.in_a_row[id(optimizer)] = self.in_a_row.get(id(optimizer), 0) + 1
+        if streak >= self.limit:
             raise NonFiniteError(
-                f"{self.owner}: {self.in_a_row} gradient steps in a row had a non-finite loss or gradient (norm "
+                f"{self.owner}: {streak} gradient steps in a row had a non-finite loss or gradient (norm "
                 f"{float(grad_norm)}), each skipped (run.max_nonfinite={self.limit}); the weights were left as they "
                 "were. Lower algo.lr or set algo.max_grad_norm, or check the rewards' and observations' scale"
             )

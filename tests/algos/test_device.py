@@ -16,6 +16,7 @@ from mlxe.algos.a3c import A3C, LOSS_STATS
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.device import resolve_device
 from mlxe.algos.dqn import DQN
+from mlxe.algos.optim import NonFiniteError
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.checkpoints import _to_torch
@@ -256,6 +257,26 @@ def test_cuda_graph_learner_resumed_from_a_checkpoint_continues_the_same_run(alg
     for a, b in zip(off_policy_run(first, start=2), off_policy_run(resumed, start=2)):
         assert_close_infos(a, b)
     assert_same_learners(first, resumed)
+
+
+@needs_cuda
+@pytest.mark.parametrize("cuda_graph", ["false", "true"])
+def test_nan_rewards_on_cuda_stop_eager_steps_and_reach_only_a_graph_s_weights(cuda_graph):
+    """Eager steps on the GPU read their gradient norm back and skip a non-finite one (the Learner
+    stops after run.max_nonfinite in a row, its weights intact); a step replayed from a captured CUDA
+    graph cannot branch and applies it, which the schedule's publish check then refuses."""
+    learner = off_policy_learner("sac", f"algo.cuda_graph={cuda_graph}")
+    off_policy_run(learner)  # warmed up, and captured where graphed, on finite data
+    bad = ddpg_tests.segment(40, start=80.0, seed=2)
+    bad.steps["reward"][:] = np.nan
+    learner.observe(bad)
+    if cuda_graph == "false":
+        with pytest.raises(NonFiniteError, match="gradient steps in a row had a non-finite loss or gradient"):
+            learner.update(0.0)
+        assert np.isfinite(learner.weights()).all() and learner.finite.skipped == 10
+    else:
+        learner.update(0.0)
+        assert not np.isfinite(learner.weights()).all()
 
 
 def assert_same_q_networks(a, b) -> None:

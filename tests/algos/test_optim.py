@@ -1,5 +1,6 @@
 """Deferred optimizers: built on first use, so a run's first rollout does not wait for torch._dynamo."""
 
+import pytest
 import torch
 
 from mlxe.algos.optim import Deferred
@@ -18,3 +19,20 @@ def test_a_deferred_optimizer_is_built_on_first_use_and_then_is_the_optimizer():
     fresh = Deferred(lambda: torch.optim.SGD([w], lr=0.1))
     fresh.load_state_dict(state)  # a resume builds it, then loads
     assert fresh.param_groups[0]["lr"] == 0.5
+
+
+def test_finite_steps_skip_non_finite_gradients_and_count_streaks_per_optimizer():
+    from mlxe.algos.optim import FiniteSteps, NonFiniteError
+
+    critic, actor = (torch.nn.Linear(2, 1) for _ in range(2))
+    opt_critic, opt_actor = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (critic, actor))
+    steps = FiniteSteps(limit=3, owner="SAC's Learner")
+    before = critic.weight.detach().clone()
+    for m in (critic, actor):
+        m.weight.grad = torch.ones_like(m.weight)
+    for _ in range(2):  # the critic's gradient is NaN, the actor's fine: the actor's steps cannot reset the critic's streak
+        assert not steps.step(opt_critic, torch.tensor(float("nan")))
+        assert steps.step(opt_actor, torch.tensor(1.0))
+    assert torch.equal(critic.weight, before) and steps.skipped == 2
+    with pytest.raises(NonFiniteError, match=r"SAC's Learner: 3 gradient steps in a row .*run.max_nonfinite=3"):
+        steps.step(opt_critic, float("inf"))
