@@ -131,7 +131,10 @@ def test_defaults_alone_solve_pendulum(tmp_path):
     budget is 1.5x that); seeds 2-4 at 4,000 / 6,000 / 4,000 on a 16-core x86-64 host of a GPU machine."""
     chosen = defaults_for("Pendulum-v1", None, [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false",
                                                 "run.plot=false", "seed=1", "stop.max_env_steps=12000", "stop.eval_return=-200",
-                                                "stop.eval_episodes=20", "run.eval_after=20"], zoo=False)
+                                                "stop.eval_episodes=20", "run.eval_after=20",
+                                                # one intra-op thread instead of two: the same results,
+                                                # and no OpenMP threads spinning against the suite's other worker
+                                                "torch_threads=1"], zoo=False)
     summary = mlxe.train(from_dict(chosen.tree)).summary
     assert summary["stop_reason"] == "eval_return", summary
     assert summary["evaluation"]["mean_return"] >= -300

@@ -58,7 +58,9 @@ def test_the_run_ends_with_a_checkpoint_while_an_environment_hangs(tmp_path, how
            f"run.dir={tmp_path / 'runs'}", "run.tensorboard=false", "run.plot=false", "stop.eval_return=null",
            "run.eval_after=0", "arch=is", "start_method=fork", HANG, f"env.kwargs={{what: hang, after: 10, once: {once}}}",
            "env.step_timeout=null", "stop.max_env_steps=100000000",
-           "stop.max_wall_seconds=" + ("8" if how == "max_wall_seconds" else "600")]
+           # a wall limit well past the start-up, which a loaded machine can slow to seconds: the
+           # environment must hang before the run stops
+           "stop.max_wall_seconds=" + ("12" if how == "max_wall_seconds" else "600")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         if how == "SIGINT":
