@@ -607,7 +607,7 @@ class _RayTrials:
         if self.started:
             quiet = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
             if cfg.ray.address is None:
-                ray.init(num_cpus=max(parallel, os.cpu_count() or 1), **quiet)
+                ray.init(address="local", num_cpus=max(parallel, os.cpu_count() or 1), **quiet)  # a new instance
             else:
                 if cfg.ray.address != "auto":
                     probe(cfg.ray.address, cfg.ray.connect_timeout)

@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
     after another, from the start of the run (two Ray instances at once would contend for the same
     cores); the learning tests come next, then the rest in their order."""
     for item in items:
-        if "ray" in item.path.parts or "ray" in item.name.split("_"):
+        if item.get_closest_marker("ray") or "ray" in item.path.parts or "ray" in item.name.split("_"):
             item.add_marker(pytest.mark.ray)
             item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: 0 if item.get_closest_marker("ray") else 1 if item.path.name in LEARNING else 2)

@@ -126,7 +126,7 @@ def bench_scaling(
             (out / "results.json").write_text(json.dumps(results, indent=2))
 
     measure(TRANSPORTS[0], ["backend=local", "arch=is"])
-    ray.init(num_cpus=max(executors), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.init(address="local", num_cpus=max(executors), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     try:
         measure(TRANSPORTS[1], ["backend=ray", "ray.mode=sync"])
     finally:

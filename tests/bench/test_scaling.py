@@ -24,6 +24,7 @@ def test_loop_rates_skip_the_first_iteration(tmp_path):
     assert loop_rates(tmp_path) == {"steps_per_s": 200.0, "updates_per_s": 20.0}
 
 
+@pytest.mark.ray  # its Ray transport starts a local Ray instance
 def test_bench_scaling_runs_every_transport(tmp_path):
     pytest.importorskip("ray")
     from mlxe.bench.scaling import bench_scaling

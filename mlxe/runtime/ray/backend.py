@@ -106,8 +106,9 @@ def connect(cfg: Config) -> Iterator[str]:
         return
     quiet = dict(logging_level="WARNING", log_to_driver=False)
     if address is None:
-        # num_gpus left to Ray's detection (CUDA_VISIBLE_DEVICES respected): only real GPUs are declared
-        ray.init(num_cpus=_local_cpus(cfg), include_dashboard=False, **quiet)
+        # num_gpus left to Ray's detection (CUDA_VISIBLE_DEVICES respected): only real GPUs are declared;
+        # address "local": a new instance, not a cluster that `ray start` left running (ray.address: auto joins one)
+        ray.init(address="local", num_cpus=_local_cpus(cfg), include_dashboard=False, **quiet)
         where = LOCAL
     else:
         try:

@@ -74,7 +74,9 @@ def local_ray(num_cpus: int = 2, num_gpus: int | None = None) -> Iterator[None]:
     """A Ray instance on this machine, quiet, for a test module (``num_gpus``: logical GPUs to declare)."""
     import ray
 
-    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    # address "local": a new instance, never a cluster another test (or process) has running
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
     try:
         yield
     finally:
