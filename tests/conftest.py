@@ -53,10 +53,5 @@ def pytest_runtest_setup(item):
     need them, and the other workers' tests compute in the time left over: beside them at equal
     priority the Ray tests ran several times slower."""
     if os.environ.get("PYTEST_XDIST_WORKER") and not item.get_closest_marker("ray") and hasattr(os, "nice"):
-        global _niced
-        if not _niced:
-            os.nice(10)
-            _niced = True
-
-
-_niced = False
+        if os.nice(0) < 10:  # os.nice(0) reads the niceness
+            os.nice(10 - os.nice(0))
