@@ -36,6 +36,7 @@ def make_config(tmp_path):
 LEARNING = {"test_learning.py", "test_off_policy.py", "test_defaults.py", "test_multiagent.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marks into the test ids
 def pytest_collection_modifyitems(config, items):
     """The tests that start a local Ray instance (marked ``ray``) run on one pytest-xdist worker, one
     after another, from the start of the run (two Ray instances at once would contend for the same
@@ -45,6 +46,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.ray)
             item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: 0 if item.get_closest_marker("ray") else 1 if item.path.name in LEARNING else 2)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under ``--dist loadgroup`` pytest-xdist appends each test's group to its id; ids of the Ray
+    tests without ``@ray`` mean that the grouping failed silently and the Ray tests would run on
+    every worker at once, so the run stops instead."""
+    ungrouped = [i for i in ids if "/ray/" in i and "@" not in i]
+    if node.config.getoption("dist") == "loadgroup" and ungrouped:
+        pytest.exit(
+            f"pytest-xdist did not group the Ray tests ({ungrouped[0]} has no @ray): pytest 9.2's node ids break "
+            "--dist loadgroup (pytest-dev/pytest-xdist#1386); install the dev extra's pytest<9.2", returncode=4
+        )
 
 
 def pytest_runtest_setup(item):

@@ -144,7 +144,9 @@ def test_config_rules_of_the_learner_actor(path, overrides, match):
 def test_the_off_policy_learner_in_its_actor_replays_the_driver_run(tmp_path):
     """SAC's Learner (actor, twin critics, one replay for both Executors) in an actor of its own:
     the same episodes, gradient steps and networks as in the driver."""
-    budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1200"]
+    # one intra-op thread: two would spin against the suite's other workers in every small product
+    budget = [*QUIET, "executors=2", "torch_threads=1", "model.trunk=[16]", "algo.learning_starts=200",
+              "stop.max_env_steps=1200"]
     driver = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'driver'}", *budget]))
     actor = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml",
                                    [f"run.dir={tmp_path / 'actor'}", "ray.learner_num_gpus=1", *budget]))

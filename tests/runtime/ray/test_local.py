@@ -124,19 +124,23 @@ def test_an_executor_that_keeps_dying_stops_the_run_after_max_restarts(ray_confi
         mlxe.train(cfg)
 
 
-def test_da3c_learns_pendulum_with_asynchronous_continuous_workers(tmp_path):
-    """RELAAX's DA3C: A2C workers push the gradients of their fresh segments to the parameter server.
-    Seed 0 passed a greedy -300 at 80,000 env steps and -200 at 240,600 (random play: about -1,200).
-    Not reproducible by design, so no seed table: the server applies each gradient as it arrives
-    (ray.mode async_gradients, ray.combine fifo), so the order of the updates, and with it the run,
-    follows the workers' timing. The goal (-500) and budget (200,000) leave the margin instead."""
-    cfg = mlxe.load_config("configs/pendulum_da3c.yaml", [
+def test_da3c_learns_cartpole_with_asynchronous_workers(tmp_path):
+    """RELAAX's DA3C: A2C workers push the gradients of their fresh 16-step segments to the parameter
+    server, which applies each as it arrives (ray.mode async_gradients, ray.combine fifo), so the order
+    of the updates, and with it the run, follows the workers' timing: no seed table. Eight runs on 2
+    cores: a greedy 195 (CartPole-v0's solved bar; a random network: about 10) at 2,906 / 3,147 /
+    32,271 / 45,650 env steps, and 475 at 25,253 to 107,074; the budget is 2x the slowest to 195.
+    Pendulum's continuous workers run on the server in the annealing test below: RELAAX's Pendulum
+    DA3C needs a few hundred thousand env steps, and some runs no fewer (docs/results.md#relaax)."""
+    cfg = mlxe.load_config("configs/zoo/a2c/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
-        "run.status_every=0.1", "stop.eval_return=-500", "stop.max_env_steps=200000",
+        "run.status_every=0.1", "backend=ray", "arch=is", "executors=2", "envs_per_executor=1",
+        "ray.mode=async_gradients", "ray.combine=fifo", "rollout.steps=16", "algo.anneal_lr=false",
+        "stop.eval_return=195", "stop.max_env_steps=100000",
     ])
     result = mlxe.train(cfg)
     s = result.summary
-    assert s["stop_reason"] == "eval_return" and s["best"]["score"] >= -500, s
+    assert s["stop_reason"] == "eval_return" and s["best"]["score"] >= 195, s
     metrics = read_csv(result.run_dir / "metrics.csv")
     assert metrics["updates"][-1] > 0 and np.all(np.diff(metrics["weights_version"]) > 0)
 

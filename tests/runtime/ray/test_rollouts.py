@@ -170,8 +170,9 @@ def test_ia_on_ray_needs_episode_iterations():
 def test_sac_on_two_ray_actors_replays_the_local_run(tmp_path):
     """The off-policy loop (Executors' segments into the Learner's one replay) on Ray actors: the same
     episodes, gradient steps and networks as the local IS run of the seed."""
-    budget = [*QUIET, "executors=2", "model.trunk=[16]", "algo.learning_starts=200", "stop.max_env_steps=1600",
-              "stop.eval_return=null"]
+    # one intra-op thread: two would spin against the suite's other workers in every small product
+    budget = [*QUIET, "executors=2", "torch_threads=1", "model.trunk=[16]", "algo.learning_starts=200",
+              "stop.max_env_steps=1600", "stop.eval_return=null"]
     local = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'local'}", *budget]))
     on_ray = mlxe.train(load_config("configs/zoo/sac/Pendulum-v1.yaml", [f"run.dir={tmp_path / 'ray'}", "backend=ray", *budget]))
     for key in ("episodes", "env_steps", "updates", "best_return"):
