@@ -2,6 +2,7 @@
 and its relative links point to files that exist, and every documented `mlxe train` command loads
 (the cheap ones train for one iteration)."""
 
+import functools
 import json
 import os
 import re
@@ -111,24 +112,22 @@ def test_the_documentation_has_train_commands():
 # One iteration of more environment steps than this is too slow for this test (e.g. PPO's defaults
 # for LunarLander-v3: 2 Executors x 8 environments x 1,024 steps, then 4 epochs).
 MAX_ITERATION_STEPS = 4096
-# The commands trained so far, by the shape of their run: the resolved config less the sections
-# and keys below (algo: all but its name). A later command of the same shape (e.g. one of the
-# study's ablations, a seed, a larger budget) is loaded only: loading checks its settings.
-TRAINED: dict[str, str] = {}
+# Commands of one shape of run (the resolved config less the sections and keys below; algo: all but
+# its name) train once: the first documented one trains, a later one (e.g. one of the study's
+# ablations, a seed, a larger budget) is loaded only, since loading checks its settings.
 NOT_SHAPE = (
     "seed", "name", "stop", "run", "algo", "memory", "filters", "rollout", "executors", "envs_per_executor",
     "start_method",
 )
 
 
-def load_only_reason(cfg, where: str, resume: bool) -> str | None:
-    """Why a loaded command is not also trained for one iteration here (None: it is)."""
+def too_slow_reason(cfg) -> str | None:
+    """Why a loaded command cannot train one iteration here (None: it can)."""
     import importlib.util
 
     import gymnasium
 
     from mlxe import algos
-    from mlxe.config import to_dict
 
     if cfg.backend == "ray":
         return "backend ray: a local Ray's start-up is too slow for this test (tests/runtime/ray/ trains on Ray)"
@@ -146,11 +145,60 @@ def load_only_reason(cfg, where: str, resume: bool) -> str | None:
     steps = cfg.num_executors() * cfg.envs_per_executor * cfg.rollout.steps
     if algos.for_config(cfg).iteration != "episode" and steps > MAX_ITERATION_STEPS:  # A3C's: one episode each
         return f"one iteration is {steps} env steps (more than {MAX_ITERATION_STEPS})"
-    shape = {k: v for k, v in to_dict(cfg).items() if k not in NOT_SHAPE}
-    key = json.dumps({**shape, "algo": cfg.algo.name, "resume": resume}, sort_keys=True, default=str)
-    if key in TRAINED:
-        return f"trained as {TRAINED[key]}, which differs only in settings that loading checks ({', '.join(NOT_SHAPE)})"
-    TRAINED[key] = where
+    return None
+
+
+def shape(cfg, resume: bool) -> str:
+    from mlxe.config import to_dict
+
+    kept = {k: v for k, v in to_dict(cfg).items() if k not in NOT_SHAPE}
+    return json.dumps({**kept, "algo": cfg.algo.name, "resume": resume}, sort_keys=True, default=str)
+
+
+def config_named(name: str) -> Path:
+    """The config under configs/ whose ``name:`` is ``name``."""
+    from mlxe.config import read_yaml
+
+    configs = [p for p in sorted((ROOT / "configs").rglob("*.yaml")) if read_yaml(p).get("name") == name]
+    assert configs, f"no config under configs/ is named {name!r}"
+    return configs[0]
+
+
+def train_argv(command: Command) -> list[str]:
+    return [PLACEHOLDER_CONFIGS.get(a, a) for a in command.argv]
+
+
+@functools.cache
+def trained_command_of_each_shape() -> dict[str, str]:
+    """Where the command that trains each shape of run is documented: the first one that can train,
+    in the order of COMMANDS, whichever pytest-xdist worker runs it. A resuming command's shape is
+    that of the config it resumes."""
+    from mlxe.cli import main
+
+    trained: dict[str, str] = {}
+    for command in COMMANDS:
+        if command.error is not None:
+            continue
+        argv = train_argv(command)
+        resume = "--resume" in argv
+        if resume:
+            i = argv.index("--resume")
+            argv[i: i + 2] = [str(config_named(RESUME_PLACEHOLDER.match(argv[i + 1])["name"]))]
+        with loading_only() as loaded:
+            assert main(argv) == 0, command.where
+        if too_slow_reason(loaded[0]) is None:
+            trained.setdefault(shape(loaded[0], resume), command.where)
+    return trained
+
+
+def load_only_reason(cfg, where: str, resume: bool) -> str | None:
+    """Why a loaded command is not also trained for one iteration here (None: it is)."""
+    reason = too_slow_reason(cfg)
+    if reason is not None:
+        return reason
+    first = trained_command_of_each_shape()[shape(cfg, resume)]
+    if first != where:
+        return f"trained as {first}, which differs only in settings that loading checks ({', '.join(NOT_SHAPE)})"
     return None
 
 
@@ -186,16 +234,14 @@ def resumable(tmp_path_factory) -> Callable[[str], Path]:
     """A run directory to resume, by the ``name:`` of its config: one iteration of that config,
     trained once and resumed by every command that names it."""
     from mlxe.cli import main
-    from mlxe.config import read_yaml
 
     runs: dict[str, Path] = {}
 
     def run(name: str) -> Path:
         if name not in runs:
-            configs = [p for p in sorted((ROOT / "configs").rglob("*.yaml")) if read_yaml(p).get("name") == name]
-            assert configs, f"no config under configs/ is named {name!r}"
             root = tmp_path_factory.mktemp("resumable")
-            assert main(["train", str(configs[0].relative_to(ROOT)), f"run.dir={root}", *QUIET, *ONE_ITERATION]) == 0
+            config = str(config_named(name).relative_to(ROOT))
+            assert main(["train", config, f"run.dir={root}", *QUIET, *ONE_ITERATION]) == 0
             (runs[name],) = root.iterdir()
         return runs[name]
 
@@ -207,7 +253,7 @@ def test_a_documented_train_command_loads_and_a_cheap_one_trains(command, tmp_pa
     from mlxe.cli import main
 
     monkeypatch.chdir(ROOT)
-    argv = [PLACEHOLDER_CONFIGS.get(a, a) for a in command.argv]
+    argv = train_argv(command)
     if command.error is not None:
         with loading_only():
             rc = main(argv)

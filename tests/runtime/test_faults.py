@@ -101,15 +101,17 @@ def test_kill_9_of_an_executor_process_is_survived(tmp_path):
     assert set(children_of(proc.pid)) & set(executors) == set()
 
 
-@pytest.mark.parametrize(("arch", "signum", "delay"), [
-    ("is", signal.SIGTERM, 0.0), ("is", signal.SIGINT, 0.07), ("istb", signal.SIGTERM, 0.19),
-    ("oa", signal.SIGTERM, 0.13), ("oa", signal.SIGINT, 0.31),
+@pytest.mark.parametrize(("arch", "signum", "delay", "start_method"), [
+    ("is", signal.SIGTERM, 0.0, "fork"), ("is", signal.SIGINT, 0.07, "spawn"), ("istb", signal.SIGTERM, 0.19, "spawn"),
+    ("oa", signal.SIGTERM, 0.13, "spawn"), ("oa", signal.SIGINT, 0.31, "fork"),
 ])
-def test_sigint_or_sigterm_to_the_process_group_stops_with_a_resumable_checkpoint(tmp_path, arch, signum, delay):
+def test_sigint_or_sigterm_to_the_process_group_stops_with_a_resumable_checkpoint(tmp_path, arch, signum, delay,
+                                                                                  start_method):
     """The signal reaches every process of the job (as a scheduler's SIGTERM, or Ctrl-C in a
     terminal) at some point of an iteration (acting, learning or writing a checkpoint: one every
-    iteration here); the run finishes the iteration, writes its checkpoint and resumes from it."""
-    proc, run_dir = start_run(tmp_path, f"arch={arch}", "run.checkpoint_every=1",
+    iteration here); the run finishes the iteration, writes its checkpoint and resumes from it.
+    Executor processes spawned (the default) or forked (which inherit the coordinator's handlers)."""
+    proc, run_dir = start_run(tmp_path, f"arch={arch}", "run.checkpoint_every=1", f"start_method={start_method}",
                               *(["executors=1"] if arch == "oa" else []))
     try:
         time.sleep(delay)
