@@ -2,6 +2,10 @@
 
 import mlxe
 
+# Executor processes forked, not spawned: the same runs (IS replays its Executors in order), without
+# each Executor importing torch again.
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
+
 
 def test_is_reaches_a_1000_step_episode(tmp_path):
     # seeds 0-4 played a 1,000-step episode within 48 / 64 / 46 / 52 / 106 episodes (AMD EPYC, 2 cores);
@@ -10,8 +14,7 @@ def test_is_reaches_a_1000_step_episode(tmp_path):
     # to the config's 50,000-step cap (93 s instead of 19 s).
     cfg = mlxe.load_config(
         "configs/cartpole_a3c.yaml",
-        [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-         "run.eval_after=0", "executors=2", "seed=0", "env.max_episode_steps=1000", "stop.goal_episode_length=1000",
+        [f"run.dir={tmp_path}", *QUIET, "executors=2", "seed=0", "env.max_episode_steps=1000", "stop.goal_episode_length=1000",
          "stop.max_episodes=500"],
     )
     summary = mlxe.train(cfg).summary
@@ -26,8 +29,7 @@ def test_an_lstm_solves_cartpole_without_velocities_where_an_mlp_does_not(tmp_pa
     # slowest; seed 4. (The test had 30,720, where seed 1 never got there, best 441; with 61,440 seed 3
     # did not, best 468.) The MLP gets 40,960 env steps, more than any LSTM seed needed: on seed 4 its
     # best greedy mean was 45.
-    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "seed=4"]
+    quiet = [f"run.dir={tmp_path}", *QUIET, "seed=4"]
     lstm = mlxe.train(mlxe.load_config("configs/zoo/ppo/CartPoleNoVel-v1.yaml", quiet)).summary
     assert lstm["stop_reason"] == "eval_return" and lstm["best"]["score"] >= 450, lstm
     mlp = mlxe.train(mlxe.load_config(
@@ -42,8 +44,7 @@ def test_curiosity_solves_mountaincar_where_ppo_alone_does_not(tmp_path):
     # AMD EPYC. Seeds 0-4 on a 16-core x86-64 host of a GPU machine (Python 3.12, torch 2.11), 100,000
     # env steps: best -166 / -200 / 25,600 / 40,960 / -200, so curiosity finds the flag on some seeds,
     # not all: the test shows what it adds on seed 2 (25,600 on both CPUs; the budget is 2.3x that).
-    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "seed=2", "stop.max_env_steps=60000"]
+    quiet = [f"run.dir={tmp_path}", *QUIET, "seed=2", "stop.max_env_steps=60000"]
     curious = mlxe.train(mlxe.load_config("configs/mountaincar_ppo_icm.yaml", quiet)).summary
     assert curious["stop_reason"] == "eval_return" and curious["best"]["score"] >= -150, curious
     plain = mlxe.train(mlxe.load_config("configs/mountaincar_ppo_icm.yaml", [*quiet, "icm.enabled=false"])).summary
@@ -59,8 +60,7 @@ def test_a3c_with_an_lstm_core_learns_cartpole_without_velocities(tmp_path):
     # so it is the seed here: the budget of 62,000 (nothing anneals over it) is 1.5x its slowest
     # (41,078), 2.2x the slowest seed on the last machine. That an MLP does not get there on this
     # environment is the PPO test's control above.
-    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "seed=3", "stop.max_env_steps=62000"]
+    quiet = [f"run.dir={tmp_path}", *QUIET, "seed=3", "stop.max_env_steps=62000"]
     lstm = mlxe.train(mlxe.load_config("configs/cartpole_novel_a3c_lstm.yaml", quiet)).summary
     assert lstm["stop_reason"] == "goal_episode_length" and lstm["best_length"] >= 300, lstm
 
@@ -69,7 +69,6 @@ def test_trpo_learns_pendulum(tmp_path):
     # the trust-region step with the value function fitted apart, two Executor processes: seeds 0-4
     # reached a greedy -250 at 40,960 / 40,960 / 45,056 / 36,864 / 40,960 env steps (AMD EPYC, 2 cores);
     # the budget of 90,000 is 2x the slowest; seed 0
-    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",
-             "run.eval_after=0", "seed=0", "stop.eval_return=-250", "stop.max_env_steps=90000"]
+    quiet = [f"run.dir={tmp_path}", *QUIET, "seed=0", "stop.eval_return=-250", "stop.max_env_steps=90000"]
     summary = mlxe.train(mlxe.load_config("configs/zoo/trpo/Pendulum-v1.yaml", quiet)).summary
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= -250, summary

@@ -7,9 +7,10 @@ test runs a seed that is not the slowest."""
 import mlxe
 
 # One intra-op thread (the zoo's SAC and TD3 have two): the same results on these small networks, and
-# no OpenMP threads spinning against the test suite's other worker.
+# no OpenMP threads spinning against the test suite's other worker. Executor processes forked: the
+# same runs, without each importing torch again.
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "model.trunk=[64,64]",
-         "stop.eval_every=25", "stop.eval_return=-250", "torch_threads=1"]
+         "stop.eval_every=25", "stop.eval_return=-250", "torch_threads=1", "start_method=fork"]
 
 
 def train(tmp_path, config: str, *overrides: str) -> dict:
