@@ -11,12 +11,11 @@ def quiet(tmp_path, *overrides):
 
 
 def test_two_policies_learn_to_balance_twin_cartpole_together(tmp_path):
-    """Each cart has its own PPO policy; the shared reward needs both. With the config's 300,000 env
-    steps (the lr and clip anneal over them) seeds 0-3 reached the goal at 107,520 / 133,120 / 184,320 /
-    122,880 env steps (AMD EPYC, 2 cores), 1.6x the slowest of them; seed 4 did not there (its best
-    greedy mean 452 at 291,840; on a 16-core x86-64 host of a GPU machine it reached the goal,
-    at 140,800): this budget holds for four seeds of five, not five; seed 0."""
-    result = mlxe.train(mlxe.load_config("configs/twin_cartpole_ppo.yaml", quiet(tmp_path, "seed=0")))
+    """Each cart has its own PPO policy; the shared reward needs both. With the config's 400,000 env
+    steps (the lr and clip anneal over them) seeds 0-4 reached the goal at 230,400 / 174,080 / 81,920 /
+    194,560 / 199,680 env steps (AMD EPYC, 2 cores): 1.7x the slowest; seed 2. (With 300,000, seed 4
+    did not get there, best 452.)"""
+    result = mlxe.train(mlxe.load_config("configs/twin_cartpole_ppo.yaml", quiet(tmp_path, "seed=2")))
     s = result.summary
     assert s["stop_reason"] == "eval_return" and s["best"]["score"] >= 475, s
     check = mlxe.evaluate(result.run_dir, episodes=10, seed=123)
