@@ -71,6 +71,27 @@ def test_worker_exception_names_the_worker(make):
         pool.close()
 
 
+def torch_threads(channel):
+    import torch
+
+    channel.recv()
+    channel.send(("threads", torch.get_num_threads()))
+
+
+def test_a_forked_worker_computes_with_its_own_thread_count_not_its_parents():
+    import torch
+
+    parent = torch.get_num_threads()
+    torch.set_num_threads(2)
+    pool = ProcessPool([("executor-0", torch_threads, ())], CTX, threads=1)
+    try:
+        pool.send(0, ("go",))
+        assert pool.recv(10.0) == (0, ("threads", 1))
+    finally:
+        pool.close()
+        torch.set_num_threads(parent)
+
+
 def test_dead_process_is_detected_not_waited_for():
     pool = ProcessPool([("executor-1", dies, ())], CTX)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -65,7 +66,9 @@ def _process_main(conn: connection.Connection, fn: Callable, args: tuple, thread
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # for what the role imports from here on
-    limit_threads(threads)  # NumPy's BLAS, already loaded to unpickle the arguments
+    # NumPy's BLAS, already loaded to unpickle the arguments, and torch's pool where a forked process
+    # has it as its parent left it (a parent's learner threads in every Executor spin against each other)
+    limit_threads(threads, torch="torch" in sys.modules)
     _run_guarded(fn, conn, args)
 
 
