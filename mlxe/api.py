@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxe.config import Config, ConfigError, from_dict, load_config, read_yaml
+from mlxe.config import Config, ConfigError, from_dict, load_config, load_run_config
 
 __all__ = ["train", "evaluate", "load_config", "TrainResult", "RunStopped"]
 
@@ -62,7 +62,7 @@ def train(
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"cannot resume: {run_dir} is not a run directory (no config.yaml)")
-        cfg = load_config(run_dir / "config.yaml", overrides)
+        cfg = load_run_config(run_dir, overrides)
     else:
         if isinstance(config, Config):
             cfg = from_dict(_apply(config, overrides))
@@ -188,7 +188,7 @@ def evaluate(
         raise FileNotFoundError(f"no run directory or checkpoint at {source}")
     if config is None:
         run_dir = source if source.is_dir() else source.parent.parent
-        config = from_dict(read_yaml(run_dir / "config.yaml"))
+        config = load_run_config(run_dir)
     if max_episode_steps is not None:
         config = replace(config, env=replace(config.env, max_episode_steps=max_episode_steps))
     path = checkpoint_file(source, last)

@@ -988,13 +988,12 @@ def _check_ray(cfg: Config) -> None:
 
 def _check_parameter_server(cfg: Config) -> None:
     """``ray.mode: async_gradients``: the Executors compute gradients on their own data, the driver
-    applies them (a parameter server, not a Learner): for algorithms with ``worker_gradients``."""
+    applies them (a parameter server, not a Learner): for algorithms with ``parameter_server``."""
     from mlxe.algos import ALGORITHMS, algorithm
-    from mlxe.core import Algorithm
 
     name, r = cfg.algo.name, cfg.ray
-    if algorithm(name).worker_gradients is Algorithm.worker_gradients:
-        able = [other for other in ALGORITHMS if algorithm(other).worker_gradients is not Algorithm.worker_gradients]
+    if not algorithm(name).parameter_server:
+        able = [other for other in ALGORITHMS if algorithm(other).parameter_server]
         raise ConfigError(
             f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r} (it has no parameter-server "
             f"mode); expected algo.name {' or '.join(map(repr, able))}, or ray.mode 'sync' or 'async_experience'"
@@ -1113,6 +1112,26 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     except ConfigError as e:
         where = f"{path}: " if path is not None else ""
         raise ConfigError(f"{where}{e}") from None
+
+
+# Keys that an earlier release wrote to a run's config.yaml although that algorithm never read them
+# (PPO inherited A2C's optimizer): dropped when a run directory's config is read again, never from a
+# config a user writes.
+UNREAD = {"ppo": ("optimizer",)}
+
+
+def load_run_config(run_dir: str | Path, overrides: list[str] | None = None) -> Config:
+    """The config of the run directory ``run_dir`` (its ``config.yaml``), with ``overrides`` applied."""
+    path = Path(run_dir) / "config.yaml"
+    data = read_yaml(path)
+    algo = data.get("algo")
+    if isinstance(algo, dict):
+        data["algo"] = {k: v for k, v in algo.items() if k not in UNREAD.get(algo.get("name"), ())}
+    apply_overrides(data, list(overrides or []))
+    try:
+        return from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

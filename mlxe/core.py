@@ -222,8 +222,9 @@ class Algorithm(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no data-parallel mode")
 
     # The parameter server (``ray.mode: async_gradients``): workers (one algorithm instance per
-    # Executor) compute gradients on what they observed; the server's instance applies them.
-
+    # Executor) compute gradients on what they observed; the server's instance applies them. An
+    # algorithm with ``parameter_server`` implements the three methods below.
+    parameter_server: ClassVar[bool] = False
 
     def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
         """A worker's next gradient [P] float32 of the loss at ``weights`` [P] on what it observed,

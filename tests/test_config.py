@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,9 @@ from mlxe.config import (
     apply_overrides,
     from_dict,
     load_config,
+    load_run_config,
     save_config,
+    to_dict,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -949,3 +952,15 @@ def test_stop_eval_return_may_be_inf_evaluations_that_never_stop_the_run():
     assert cfg.stop.eval_return == float("inf")
     with pytest.raises(ConfigError, match="stop.eval_return: -inf is not allowed"):
         load_config("configs/zoo/ppo/CartPole-v1.yaml", ["stop.eval_return=-.inf"])
+
+
+def test_a_run_directory_written_with_a_key_its_algorithm_never_read_still_loads(tmp_path):
+    """Earlier releases saved A2C's ``optimizer`` in every PPO run's config.yaml (PPO inherited it and
+    never read it): the run directory loads without it, while a config that sets it is refused."""
+    data = to_dict(load_config("configs/zoo/ppo/CartPole-v1.yaml"))
+    data["algo"]["optimizer"] = "rmsprop"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_run_config(tmp_path, ["algo.lr=0.01"])
+    assert cfg.algo.name == "ppo" and cfg.algo.lr == 0.01 and not hasattr(cfg.algo, "optimizer")
+    with pytest.raises(ConfigError, match="algo.optimizer: not a setting of algo.name 'ppo' .it belongs to a2c."):
+        load_config(tmp_path / "config.yaml")

@@ -257,6 +257,7 @@ class A3C(Algorithm):
 
     Config = Config
     iteration = "episode"
+    parameter_server = True  # workers owe their share of the minimum-updates rule as gradients
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:

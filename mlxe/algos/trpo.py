@@ -1,9 +1,9 @@
 """TRPO with GAE (Schulman et al., 2015 and 2016), as RELAAX distributes it: parallel agents collect
 trajectories with a copy of the policy and the Learner updates once per collected batch.
 
-Reads top to bottom: hyper-parameters -> the solver -> the update. Acting and targets are A2C's
-(:mod:`mlxe.algos.a2c`): Discrete or Gaussian actions sampled in NumPy with log pi(a|s) and V(s)
-recorded, GAE(gamma, lambda) per environment.
+Reads top to bottom: hyper-parameters -> the solver -> the update. Acting, targets and batching are the
+family's (:mod:`mlxe.algos.on_policy`): Discrete or Gaussian actions sampled in NumPy with log pi(a|s)
+and V(s) recorded, GAE(gamma, lambda) per environment.
 
 * Policy step: maximize the surrogate L(theta) = mean(pi_theta(a|s) / pi_behaviour(a|s) A) subject
   to mean KL(pi_old || pi_theta) <= ``max_kl``. With g = grad L and F the Fisher matrix (the Hessian
@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxe.algos.a2c import A2C
 from mlxe.algos.distributions import kl_divergence, log_prob_entropy
+from mlxe.algos.on_policy import OnPolicy
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
-from mlxe.core import Algorithm as AlgorithmBase
 
 
 @dataclass
@@ -93,15 +92,11 @@ def flat_grad(outputs, params, **kwargs):
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(outputs, params, **kwargs)])
 
 
-class TRPO(A2C):
+class TRPO(OnPolicy):
     """A natural-gradient policy step inside the KL trust region, then the value function's fit."""
 
     Config = Config
-    worker_gradients = AlgorithmBase.worker_gradients  # a second-order step on a whole batch: no parameter-server form
     data_parallel = False  # its update is its own (no minibatch steps to split)
-
-    def make_backprop(self):
-        return None  # second-order steps: torch autograd
 
     def make_optimizer(self):
         import torch
@@ -192,8 +187,7 @@ class TRPO(A2C):
                 grads = torch.autograd.grad(loss, params)
                 for p, grad in zip(params, grads):
                     p.grad = grad
-                max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
-                self.finite.step(self.optimizer, torch.nn.utils.clip_grad_norm_(params, max_norm))
+                self.finite.step(self.optimizer, torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
                 losses.append(loss.detach())
         return float(torch.stack(losses).mean())
 

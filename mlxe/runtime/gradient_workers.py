@@ -1,7 +1,7 @@
 """Data-parallel learning: one Learner's minibatch gradients computed by K workers (MARO's grad workers).
 
 With ``learner.gradient_workers: K`` the Learner splits each minibatch in K shares of rows (see
-:meth:`mlxe.algos.a2c.A2C.shared_gradient`). Workers 1..K-1 each hold a copy of the algorithm; for
+:meth:`mlxe.algos.on_policy.OnPolicy.shared_gradient`). Workers 1..K-1 each hold a copy of the algorithm; for
 every minibatch they receive the current weights and their share, compute the gradient of the loss
 there (``Algorithm.get_gradients``) and send it back, while the Learner computes share 0. The Learner
 averages the K gradients weighted by rows and takes one optimizer step, so the update is the one a

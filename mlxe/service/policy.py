@@ -95,7 +95,7 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
     """The policy of ``run_dir``'s ``best.pt`` (its ``last.pt`` with ``last``, or when it has no ``best.pt``),
     loaded as ``mlxe eval`` loads it. A multi-agent run is a ConfigError."""
     from mlxe.algos import for_config
-    from mlxe.config import from_dict, read_yaml
+    from mlxe.config import load_run_config
     from mlxe.envs.filters import Filters
     from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.setup import problem_spec
@@ -103,7 +103,7 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"serve-policy: {run_dir} is not a run directory (no config.yaml)")
-    config = from_dict(read_yaml(run_dir / "config.yaml"))
+    config = load_run_config(run_dir)
     if config.env.api == "pettingzoo":
         raise ConfigError(
             f"serve-policy: {run_dir} is a multi-agent run (env.api 'pettingzoo'); serve-policy serves "

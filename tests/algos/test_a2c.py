@@ -28,7 +28,7 @@ def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     weights = reference.weights()  # the weights the segment was played with: not the worker's own
     worker.observed.append(rows)
     grad, info = worker.worker_gradients(weights, workers=2)
-    loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in rows.items()}, None)
+    loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in rows.items()}, 0.0)
     reference.flat.grad.zero_()
     loss.backward()
     expected = reference.flat.grad.numpy()

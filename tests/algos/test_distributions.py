@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.a2c import gaussian_log_prob
 from mlxe.algos.distributions import categorical, gaussian, log_prob_entropy
+from mlxe.algos.on_policy import gaussian_log_prob
 
 
 def gaussian_batch(seed=0, n=64, a=3):

@@ -5,17 +5,18 @@ import pytest
 import torch
 
 from mlxe import algos
-from mlxe.algos.a2c import ActorCriticPolicy, sample_categorical
+from mlxe.algos import numpy_losses
+from mlxe.algos.on_policy import ActorCriticPolicy, Autograd, sample_categorical
 from mlxe.algos.ppo import PPO
-from mlxe.config import load_config
+from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
 
 SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh")
 
 
-def cfg(*overrides):
-    return load_config("configs/zoo/ppo/CartPole-v1.yaml", list(overrides))
+def cfg(*overrides, algo="ppo"):
+    return load_config(f"configs/zoo/{algo}/CartPole-v1.yaml", list(overrides))
 
 
 def learn(learner, rows, progress):
@@ -54,8 +55,8 @@ def test_ratio_is_exactly_one_on_the_first_minibatch_of_the_first_epoch():
     learner = PPO(cfg(), SPEC, seed=0)
     b = batch(learner)
     mb = {k: torch.as_tensor(v) for k, v in b.items()}
-    _, (*_, approx_kl, clip_fraction) = learner.loss(mb, clip=0.2)
-    assert approx_kl.item() == 0.0 and clip_fraction.item() == 0.0
+    _, terms = learner.loss(mb, progress=0.0)
+    assert terms["approx_kl"].item() == 0.0 and terms["clip_fraction"].item() == 0.0
 
 
 def test_clipped_surrogate_against_hand_computation():
@@ -63,7 +64,7 @@ def test_clipped_surrogate_against_hand_computation():
     b = batch(learner, n=4)
     b["logp"] = b["logp"] + np.log(np.array([0.5, 2.0, 1.0, 1.1], np.float32))  # ratios 2, 0.5, 1, 1/1.1
     b["advantage"] = np.array([1.0, 1.0, -1.0, -2.0], np.float32)
-    loss, _ = learner.loss({k: torch.as_tensor(v) for k, v in b.items()}, clip=0.2)
+    loss, _ = learner.loss({k: torch.as_tensor(v) for k, v in b.items()}, progress=0.0)  # clip 0.2
     # min(r A, clip(r) A): 2*1 vs 1.2*1 -> 1.2; 0.5 vs 0.8 -> 0.5; -1 vs -1 -> -1; (-2/1.1) vs -0.8*2... :
     # r = 0.90909: r A = -1.81818, clip(r) = 0.90909 (inside [0.8, 1.2]) -> -1.81818
     expected = -np.mean([1.2, 0.5, -1.0, -2.0 / 1.1])
@@ -115,10 +116,10 @@ def test_sampling_frequencies_follow_the_softmax():
 def test_a2c_loss_against_hand_computation():
     from mlxe.algos.a2c import A2C
 
-    learner = A2C(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5"), SPEC, seed=0)
+    learner = A2C(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5", algo="a2c"), SPEC, seed=0)
     b = batch(learner, n=8)
     mb = {k: torch.as_tensor(v) for k, v in b.items()}
-    loss, _ = learner.loss(mb, clip=0.0)
+    loss, _ = learner.loss(mb, progress=0.0)
     logits, value = learner.main(mb["obs"])
     logp_all = torch.log_softmax(logits, -1)
     logp = logp_all[torch.arange(8), mb["action"]]
@@ -137,7 +138,7 @@ def test_pg_targets_are_normalized_discounted_returns_cut_at_episode_ends():
          "logp": np.zeros((T, 1), np.float32), "value": np.full((T, 1), 9.0, np.float32),  # ignored: no critic
          "reward": np.ones((T, 1), np.float32), "terminated": np.array([[0], [1], [0], [0]], bool),
          "truncated": np.zeros((T, 1), bool)}
-    out = PG(cfg("algo.gamma=0.5"), SPEC, seed=0).targets(segment(r))
+    out = PG(cfg("algo.gamma=0.5", algo="pg"), SPEC, seed=0).targets(segment(r))
     # returns: [1 + .5*1, 1 (episode end), 1 + .5*1, 1 (rollout end, no bootstrap)] = [1.5, 1, 1.5, 1]
     np.testing.assert_allclose(out["ret"], [1.5, 1.0, 1.5, 1.0], rtol=1e-6)
     g = np.array([1.5, 1.0, 1.5, 1.0])
@@ -171,8 +172,8 @@ def test_continuous_ratio_is_exactly_one_on_the_first_minibatch_of_the_first_epo
     learner = PPO(cfg(), box_spec(std), seed=0)
     b = gaussian_batch(learner)
     assert (np.abs(b["action"]) > [2.0, 1.0]).any()  # raw samples, not clipped
-    _, (*_, approx_kl, clip_fraction) = learner.loss({k: torch.as_tensor(v) for k, v in b.items()}, clip=0.2)
-    assert approx_kl.item() == 0.0 and clip_fraction.item() == 0.0
+    _, terms = learner.loss({k: torch.as_tensor(v) for k, v in b.items()}, progress=0.0)
+    assert terms["approx_kl"].item() == 0.0 and terms["clip_fraction"].item() == 0.0
 
 
 def test_continuous_ratio_of_the_executors_log_probabilities_is_one():
@@ -235,9 +236,9 @@ def test_ppo_update_on_a_continuous_batch_makes_good_actions_likelier():
 def test_a2c_loss_on_a_continuous_batch_against_hand_computation():
     from mlxe.algos.a2c import A2C
 
-    learner = A2C(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5"), box_spec("softplus"), seed=0)
+    learner = A2C(cfg("algo.entropy_coef=0.1", "algo.value_coef=0.5", algo="a2c"), box_spec("softplus"), seed=0)
     mb = {k: torch.as_tensor(v) for k, v in gaussian_batch(learner, n=8).items()}
-    loss, _ = learner.loss(mb, clip=0.0)
+    loss, _ = learner.loss(mb, progress=0.0)
     (mean, std), value = learner.main(mb["obs"])
     normal = torch.distributions.Normal(mean, std)
     logp, entropy = normal.log_prob(mb["action"]).sum(-1), normal.entropy().sum(-1).mean()
@@ -250,9 +251,10 @@ def test_a2c_loss_on_a_continuous_batch_against_hand_computation():
 def test_pg_loss_on_a_continuous_batch_trains_the_log_std():
     from mlxe.algos.pg import PG
 
-    learner = PG(cfg("algo.entropy_coef=0.01"), box_spec(), seed=0)
+    learner = PG(cfg("algo.entropy_coef=0.01", algo="pg"), box_spec(), seed=0)
     mb = {k: torch.as_tensor(v) for k, v in gaussian_batch(learner, n=16).items()}
-    loss, (_, policy_loss, entropy, *_) = learner.loss(mb, clip=0.0)
+    loss, terms = learner.loss(mb, progress=0.0)
+    policy_loss, entropy = terms["policy_loss"], terms["entropy"]
     (mean, std), _ = learner.main(mb["obs"])
     normal = torch.distributions.Normal(mean, std)
     expected = -(normal.log_prob(mb["action"]).sum(-1) * mb["advantage"]).mean()
@@ -265,20 +267,13 @@ def test_pg_loss_on_a_continuous_batch_trains_the_log_std():
 # --------------------------------------------------------------------------- NumPy backprop vs autograd
 
 
-def numpy_and_autograd_gradients(learner, b, clip=0.2):
-    """(stats, flat gradient) of one minibatch by ``loss_grad`` + hand-derived backprop, then by autograd of ``loss``."""
-    bp = learner.backprop
-    bp.grads.flat.fill(0.0)
-    head, value, cache = bp.forward(b["obs"])
-    logp, entropy, vjp = bp.log_prob_entropy(head, b["action"])
-    stats, d_logp, d_entropy, d_value = learner.loss_grad(logp, entropy, value, b, clip)
-    bp.backward(cache, vjp(d_logp, d_entropy), d_value)
-    numpy_grad = bp.grads.flat.copy()
-    learner.flat.grad.zero_()
-    loss, (v, pl, ent, kl, cf) = learner.loss({k: torch.as_tensor(x) for k, x in b.items()}, clip)
-    loss.backward()
-    torch_stats = [t.item() for t in (loss, v, pl, ent, kl, cf)]
-    return stats, torch_stats, numpy_grad, learner.flat.grad.numpy().copy()
+def numpy_and_autograd_gradients(learner, b, progress=0.0):
+    """(terms, flat gradient) of one minibatch by the loss's NumPy form + hand-derived backprop, then
+    by autograd of ``loss``."""
+    terms = learner.backprop.gradient(b, progress)
+    numpy_grad = learner.flat.grad.numpy().copy()
+    torch_terms = Autograd(learner).gradient({k: torch.as_tensor(x) for k, x in b.items()}, progress)
+    return terms, {k: t.item() for k, t in torch_terms.items()}, numpy_grad, learner.flat.grad.numpy().copy()
 
 
 LOSSES = {
@@ -296,17 +291,18 @@ LOSSES = {
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_numpy_loss_and_gradient_equal_autograd_of_the_torch_loss(name):
     algo, spec, make_batch, overrides = LOSSES[name]
-    learner = algos.algorithm(algo)(cfg(*overrides), spec, seed=0)
-    assert learner.backprop is not None  # auto on the CPU
+    learner = algos.algorithm(algo)(cfg(*overrides, algo=algo), spec, seed=0)
+    assert isinstance(learner.backprop, numpy_losses.NumpyBackprop)  # auto on the CPU
     b = make_batch(learner)
     # move the old policy off the current one: some ratios outside the clip range, some values clipped
     rng = np.random.default_rng(3)
     b["logp"] = b["logp"] + rng.normal(0, 0.3, len(b["logp"])).astype(np.float32)
     b["value"] = b["value"] + rng.normal(0, 0.3, len(b["value"])).astype(np.float32)
-    stats, torch_stats, numpy_grad, torch_grad = numpy_and_autograd_gradients(learner, b)
+    terms, torch_terms, numpy_grad, torch_grad = numpy_and_autograd_gradients(learner, b)
     if algo == "ppo":
-        assert 0.1 < stats[5] < 0.9  # clip fraction: both branches of the surrogate are exercised
-    np.testing.assert_allclose(stats, torch_stats, rtol=1e-5, atol=1e-6)
+        assert 0.1 < terms["clip_fraction"] < 0.9  # both branches of the surrogate are exercised
+    assert terms.keys() == torch_terms.keys()
+    np.testing.assert_allclose(list(terms.values()), list(torch_terms.values()), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(numpy_grad, torch_grad, rtol=1e-4, atol=1e-6 * np.abs(torch_grad).max())
     assert np.abs(torch_grad).max() > 0
 
@@ -318,11 +314,11 @@ def test_numpy_ratio_of_the_executors_log_probabilities_is_exactly_one():
     action, fields, _ = policy_of(learner).act(obs, None)
     logp, value = fields["logp"], fields["value"]
     b = {"obs": obs, "action": action, "logp": logp, "value": value, "advantage": np.ones(64, np.float32), "ret": value}
-    head, value, _ = learner.backprop.forward(obs)
-    new_logp, entropy, _ = learner.backprop.log_prob_entropy(head, action)
+    head, value, _ = learner.backprop.net.forward(obs)
+    new_logp, entropy, _ = learner.backprop.net.log_prob_entropy(head, action)
     np.testing.assert_array_equal(new_logp, logp)
-    stats, *_ = learner.loss_grad(new_logp, entropy, value, b, clip=0.2)
-    assert stats[4] == 0.0 and stats[5] == 0.0  # approx KL, clip fraction
+    terms, *_ = numpy_losses.ppo(learner, new_logp, entropy, value, b, progress=0.0)
+    assert terms["approx_kl"] == 0.0 and terms["clip_fraction"] == 0.0
 
 
 def relu_box_spec():
@@ -334,11 +330,11 @@ def relu_box_spec():
     ("ppo", SPEC, batch), ("ppo", relu_box_spec(), gaussian_batch), ("a2c", SPEC, batch), ("pg", SPEC, batch),
 ], ids=["ppo", "ppo-box-trunk-relu", "a2c", "pg"])
 def test_numpy_and_autograd_updates_train_the_same_weights(algo, spec, make_batch):
-    overrides = ("algo.epochs=3", "algo.batch_size=32", "algo.entropy_coef=0.01")
+    overrides = (("algo.epochs=3", "algo.batch_size=32") if algo == "ppo" else ()) + ("algo.entropy_coef=0.01",)
     make = algos.algorithm(algo)
-    a = make(cfg("algo.backprop=numpy", *overrides), spec, seed=0)
-    b = make(cfg("algo.backprop=autograd", *overrides), spec, seed=0)
-    assert a.backprop is not None and b.backprop is None
+    a = make(cfg("algo.backprop=numpy", *overrides, algo=algo), spec, seed=0)
+    b = make(cfg("algo.backprop=autograd", *overrides, algo=algo), spec, seed=0)
+    assert isinstance(a.backprop, numpy_losses.NumpyBackprop) and isinstance(b.backprop, Autograd)
     for i in range(3):
         data = make_batch(a, n=64, seed=i)
         info_a, info_b = learn(a, data, progress=0.1 * i), learn(b, data, progress=0.1 * i)
@@ -346,7 +342,7 @@ def test_numpy_and_autograd_updates_train_the_same_weights(algo, spec, make_batc
         np.testing.assert_allclose(list(info_a.values()), list(info_b.values()), rtol=1e-4, atol=1e-5)
     assert a.updates == b.updates == (18 if algo == "ppo" else 3)
     np.testing.assert_allclose(a.weights(), b.weights(), atol=1e-5)
-    assert not np.allclose(a.weights(), make(cfg(*overrides), spec, seed=0).weights())  # trained
+    assert not np.allclose(a.weights(), make(cfg(*overrides, algo=algo), spec, seed=0).weights())  # trained
     # the module the checkpoints save is the flat vector the optimizer stepped
     np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(a.main.parameters()).detach().numpy(), a.weights())
 
@@ -377,12 +373,10 @@ def test_a_checkpoint_resumes_across_backprop_kinds():
 
 
 def test_backprop_choice():
-    from mlxe.config import ConfigError
-
-    assert PPO(cfg("torch_threads=2"), SPEC, seed=0).backprop is None  # auto: not beside torch's threads
-    assert PPO(cfg("torch_threads=2", "algo.backprop=numpy"), SPEC, seed=0).backprop is not None
+    assert isinstance(PPO(cfg("torch_threads=2"), SPEC, seed=0).backprop, Autograd)  # auto: not beside torch's threads
+    assert isinstance(PPO(cfg("torch_threads=2", "algo.backprop=numpy"), SPEC, seed=0).backprop, numpy_losses.NumpyBackprop)
     noisy = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), noisy_policy=True)
-    assert PPO(cfg(), noisy, seed=0).backprop is None
+    assert isinstance(PPO(cfg(), noisy, seed=0).backprop, Autograd)
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' computes on the CPU"):
         cfg("algo.backprop=numpy", "device=cuda")
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' computes on the CPU"):
@@ -397,33 +391,57 @@ def test_backprop_choice():
 def test_the_first_update_checks_the_numpy_gradient_against_autograd_of_the_loss():
     learner = PPO(cfg(), SPEC, seed=0)
     learn(learner, batch(learner), progress=0.1)
-    assert learner.backprop is not None and learner.backprop_checked
+    assert isinstance(learner.backprop, numpy_losses.NumpyBackprop) and learner.backprop.checked
+
+
+def test_a_subclass_that_changes_the_loss_trains_it_by_autograd():
+    class Mine(PPO):
+        def loss(self, mb, progress):
+            loss, terms = super().loss(mb, progress)
+            return 1.5 * loss, terms
+
+    assert isinstance(Mine(cfg(), SPEC, seed=0).backprop, Autograd)
+    with pytest.raises(ConfigError, match="algo.backprop: 'numpy' needs a NumPy form of Mine's loss"):
+        Mine(cfg("algo.backprop=numpy"), SPEC, seed=0)
+
+
+def edited_loss(edit: str):
+    """PPO's loss as a newcomer might edit it in ppo.py, leaving its NumPy form as it was."""
+    original = PPO.loss
+
+    def loss(self, mb, progress):
+        loss, terms = original(self, mb, progress)
+        if edit == "coefficient":
+            return 1.5 * loss, terms
+        policy, _ = self.main(mb["obs"])
+        logp, _ = algos.module("a2c").log_prob_entropy(policy, mb["action"])
+        if edit == "gradient only":  # the same loss value, another gradient
+            return loss + 0.01 * (logp - logp.detach()).mean(), terms
+        # an edit visible only where ratios leave the clip range (never on the first minibatch of IS)
+        clip = self.clip_range(progress)
+        ratio = (logp - mb["logp"]).exp()
+        return loss + ((ratio - ratio.clamp(1 - clip, 1 + clip)) ** 2).mean(), terms
+
+    return loss
 
 
 @pytest.mark.parametrize("edit", ["coefficient", "clip branch", "gradient only"])
-def test_an_edited_loss_without_its_numpy_gradient_stops_the_run(edit):
-    class Edited(PPO):
-        def loss(self, mb, clip):
-            loss, stats = super().loss(mb, clip)
-            if edit == "coefficient":
-                return 1.5 * loss, stats
-            if edit == "gradient only":  # the same loss value, another gradient
-                policy, _ = self.main(mb["obs"])
-                logp, _ = algos.module("a2c").log_prob_entropy(policy, mb["action"])
-                return loss + 0.01 * (logp - logp.detach()).mean(), stats
-            # an edit visible only where ratios leave the clip range (never on the first minibatch of IS)
-            policy, _ = self.main(mb["obs"])
-            logp, _ = algos.module("a2c").log_prob_entropy(policy, mb["action"])
-            ratio = (logp - mb["logp"]).exp()
-            return loss + ((ratio - ratio.clamp(1 - clip, 1 + clip)) ** 2).mean(), stats
-
-    learner = Edited(cfg(), SPEC, seed=0)
+def test_an_edited_loss_trains_as_written(edit, monkeypatch):
+    """``algo.backprop: auto`` finds that the NumPy form no longer computes the loss, says so and trains
+    the edited loss by autograd; ``numpy`` stops the run before a step."""
+    monkeypatch.setattr(PPO, "loss", edited_loss(edit))
+    message = "hand-derived gradient .* most in '.*'" if edit == "gradient only" else "NumPy form computes the loss as"
+    learner = PPO(cfg(), SPEC, seed=0)
     b = batch(learner)  # ratios exactly 1, as in the first minibatch of a run
-    before = learner.weights()
-    message = "hand-derived gradient .* most in '.*'" if edit == "gradient only" else "loss_grad computes the loss as"
-    with pytest.raises(RuntimeError, match=f"algo.backprop: Edited.s {message}.* Set algo.backprop=autograd"):
+    with pytest.warns(RuntimeWarning, match=f"algo.backprop: PPO.s {message}.* Training the loss as written"):
         learn(learner, b, progress=0.1)
-    np.testing.assert_array_equal(learner.weights(), before)  # nothing trained
-    autograd = Edited(cfg("algo.backprop=autograd"), SPEC, seed=0)
-    learn(autograd, batch(autograd), progress=0.1)  # the edited loss trains as written
-    assert autograd.updates > 0
+    assert isinstance(learner.backprop, Autograd) and learner.updates > 0
+    reference = PPO(cfg("algo.backprop=autograd"), SPEC, seed=0)
+    learn(reference, batch(reference), progress=0.1)
+    np.testing.assert_allclose(learner.weights(), reference.weights(), atol=1e-6)  # what trained is the edit
+
+    strict = PPO(cfg("algo.backprop=numpy"), SPEC, seed=0)
+    before = strict.weights()
+    with pytest.raises(RuntimeError, match=f"algo.backprop: PPO.s {message}.* Set algo.backprop=autograd"):
+        learn(strict, batch(strict), progress=0.1)
+    np.testing.assert_array_equal(strict.weights(), before)  # nothing trained

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import mlxe
-from mlxe.algos.a2c import episode_starts
+from mlxe.algos.on_policy import episode_starts
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, acting_network, build_torch, flat_weights

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import mlxe
-from mlxe.algos.a2c import ActorCriticPolicy
 from mlxe.algos.a3c import A3C
+from mlxe.algos.on_policy import ActorCriticPolicy
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError, load_config
 from mlxe.envs.factory import env_spaces, make_env_from_config

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from mlxe.algos.a2c import ActorCriticPolicy
+from mlxe.algos.on_policy import ActorCriticPolicy
 from mlxe.config import load_config
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import build_torch, flat_weights

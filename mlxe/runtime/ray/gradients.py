@@ -26,8 +26,6 @@ learning-rate decay by episodes) as its Learner would.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mlxe import algos
@@ -35,8 +33,6 @@ from mlxe.runtime.ray.actors import Gradient
 from mlxe.runtime.ray.run import POLL_S, RayRun
 from mlxe.runtime.ray.server import ParameterServer, WeightHistory, make_combiner
 from mlxe.runtime.threads import limit_threads
-
-LOSS_KEYS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 
 def run_async_gradients(run: RayRun) -> str:
@@ -88,7 +84,8 @@ def run_async_gradients(run: RayRun) -> str:
         dispatch()
         run.tick()
         if episodes >= run.n:
-            info = {k: float(np.mean([i[k] for i in infos])) if infos else math.nan for k in LOSS_KEYS}
+            keys = dict.fromkeys(k for i in infos for k in i)  # the loss's terms, none before a first gradient
+            info = {k: float(np.mean([i[k] for i in infos])) for k in keys}
             info.update(algo.server_iteration(trainer.episodes))
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)
             infos, episodes, updates_before = [], 0, algo.updates
