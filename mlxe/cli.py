@@ -119,17 +119,6 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _counts(text: str) -> list[int]:
-    """A comma-separated list of counts >= 1 (an argparse type: a bad list is a usage error)."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return values
-
-
 def _status(args: argparse.Namespace) -> int:
     import os
 
@@ -177,99 +166,6 @@ def _serve_policy(args: argparse.Namespace) -> int:
         print("stopped")
     finally:
         service.stop()
-    return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    if args.bench == "architectures":
-        from mlxe.bench.architectures import bench_architectures
-
-        out = bench_architectures(
-            args.config, seeds=args.seeds, archs=args.archs.split(","), overrides=args.overrides, out_dir=args.out
-        )
-    elif args.bench == "priorities":
-        from mlxe.bench.priorities import bench_priorities
-
-        out = bench_priorities(args.config, repeats=args.repeats, overrides=args.overrides, out_dir=args.out)
-    elif args.bench == "scaling":
-        from mlxe.bench.scaling import bench_scaling
-
-        out = bench_scaling(
-            args.config, executors=args.executors, seeds=args.seeds, episodes=args.episodes,
-            goal_seeds=args.goal_seeds, goal_wall_seconds=args.goal_wall_seconds, overrides=args.overrides,
-            out_dir=args.out,
-        )
-    elif args.bench == "solve":
-        from mlxe.bench.solve import bench_solve
-
-        out = bench_solve(
-            args.env, args.algo, seeds=args.seeds, config=args.config, sb3_python=args.sb3_python,
-            sb3_hp=args.sb3_hp, overrides=args.overrides, out_dir=args.out, max_steps=args.max_steps,
-        )
-    elif args.bench == "zoo":
-        from mlxe.bench.zoo import bench_zoo
-
-        out = bench_zoo(
-            only=args.only.split(",") if args.only else None, seeds=args.seeds, sb3_python=args.sb3_python,
-            defaults=args.defaults, overrides=args.overrides, out_dir=args.out,
-        )
-    elif args.bench == "budget":
-        from mlxe.bench.budget import bench_budget
-
-        out = bench_budget(
-            args.env, args.algo, steps=args.steps, seeds=args.seeds, eval_episodes=args.eval_episodes,
-            config=args.config, sb3_python=args.sb3_python, overrides=args.overrides, out_dir=args.out,
-        )
-    elif args.bench == "soak":
-        from mlxe.bench.soak import bench_soak
-
-        out = bench_soak(
-            args.minutes, every=args.every, warmup=args.warmup, only=args.only.split(",") if args.only else None,
-            overrides=args.overrides, out_dir=args.out,
-        )
-    elif args.bench == "atari":
-        from mlxe.bench.atari import bench_atari
-
-        out = bench_atari(
-            args.config, archs=args.archs.split(","), steps=args.steps, acting_envs=args.acting_envs,
-            curve_steps=args.curve_steps, rounds=args.rounds, sb3_python=args.sb3_python, overrides=args.overrides,
-            out_dir=args.out,
-        )
-    elif args.bench == "gradients":
-        from mlxe.bench.gradients import bench_gradients
-
-        out = bench_gradients(
-            args.config, workers=args.workers, envs=args.envs, steps=args.steps, batch_size=args.batch_size,
-            epochs=args.epochs, rounds=args.rounds, engine=args.engine, overrides=args.overrides, out_dir=args.out,
-        )
-    elif args.bench == "steps":
-        from mlxe.bench.steps import CONFIGS, bench_steps
-
-        configs = args.config.split(",") if args.config else CONFIGS
-        out = bench_steps(configs, device=args.device, seconds=args.seconds, warmup_steps=args.warmup_steps,
-                          rounds=args.rounds, overrides=args.overrides, out_dir=args.out)
-    elif args.bench == "remote":
-        from mlxe.bench.remote import bench_remote
-
-        out = bench_remote(
-            args.run, config=args.config, envs=args.envs, seconds=args.seconds, requests=args.requests,
-            train_steps=args.train_steps, overrides=args.overrides, out_dir=args.out,
-        )
-    elif args.bench == "throughput":
-        from mlxe.bench.throughput import bench_throughput
-
-        out = bench_throughput(
-            args.config, executors=args.executors, envs=args.envs, archs=args.archs.split(","),
-            acting_envs=args.acting_envs, steps=args.steps, sb3_python=args.sb3_python,
-            overrides=args.overrides, out_dir=args.out,
-        )
-    else:
-        from mlxe.bench.ablations import bench_ablations
-
-        only = [v.strip() for v in args.only.split(";")] if args.only else None
-        out = bench_ablations(args.config, seeds=args.seeds, only=only, overrides=args.overrides, out_dir=args.out)
-    print(out.read_text())
-    print(f"written to {out.parent}")
     return 0
 
 
@@ -326,111 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="store_true", help="sample actions from the policy instead of acting greedily")
     p.set_defaults(func=_serve_policy)
 
-    from mlxe.tune import add_parser as add_tune_parser  # mlxe tune: hyper-parameter search (mlxe[tune])
+    # the tools beside the library register their own subcommands
+    from mlxe.tools import tune
+    from mlxe.tools.bench import cli as bench
 
-    add_tune_parser(sub)
+    tune.add_parser(sub)
+    bench.add_parser(sub)
 
-    p = sub.add_parser("bench", help="built-in benchmarks")
-    bench = p.add_subparsers(dest="bench", required=True)
-
-    def bench_parser(
-        name: str, help: str, config: str | None = "configs/cartpole_a3c.yaml", positionals: dict | None = None,
-        config_help: str | None = None,
-    ) -> argparse.ArgumentParser:
-        b = bench.add_parser(name, help=help)
-        for arg, arg_help in (positionals or {}).items():
-            b.add_argument(arg, help=arg_help)
-        b.add_argument("--config", default=config, help=config_help)
-        b.add_argument("--out", default=None, help=f"output directory (default runs/bench-{name}-<time>)")
-        b.add_argument("overrides", nargs="*", default=[], help="key=value overrides applied to every run")
-        b.set_defaults(func=_bench)
-        return b
-
-    b = bench_parser("architectures", "ISTB vs IS vs IA vs OA to the 50,000-step goal")
-    b.add_argument("--seeds", type=int, default=5)
-    b.add_argument("--archs", default="istb,is,ia,oa", help="comma-separated subset")
-    b = bench_parser("ablations", "the A3C improvements one by one (IS), to the 50,000-step goal")
-    b.add_argument("--seeds", type=int, default=5)
-    b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")
-    b = bench_parser("priorities", "time of re-weighting a full prioritized buffer vs one update")
-    b.add_argument("--repeats", type=int, default=50)
-    b = bench_parser("scaling", "whole-loop throughput vs executors: local processes vs Ray vs a simulated 2-node cluster")
-    b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
-    b.add_argument("--seeds", type=int, default=1)
-    b.add_argument("--episodes", type=int, default=60, help="episodes of each throughput run")
-    b.add_argument("--goal-seeds", type=int, default=0, help="also run this many seeds to the goal on the cluster")
-    b.add_argument("--goal-wall-seconds", type=float, default=180.0)
-    sb3_help = "a Python with stable-baselines3 and rl-zoo3: also run Stable-Baselines3 side by side"
-    b = bench_parser(
-        "solve", "wall time and env steps to a greedy solve (CartPole-v1 475, Pendulum-v1 -200, or the config's goal)",
-        None, {"env": "an env id with a zoo entry (configs/zoo/ALGO/ENV.yaml), or any with --config", "algo": "e.g. ppo"},
-    )
-    b.add_argument("--seeds", type=int, default=5)
-    b.add_argument("--max-steps", type=int, default=None, help="env-step budget of each run (default: the config's)")
-    b.add_argument("--sb3-python", default=None, help=sb3_help)
-    b.add_argument("--sb3-hp", action="append", default=[], metavar="KEY=VALUE",
-                   help="replace one of RL-Zoo's hyper-parameters of the Stable-Baselines3 side (repeatable)")
-    b = bench_parser("zoo", "every zoo entry (or --only some) to its goal from several seeds, beside SB3 on RL-Zoo's settings",
-                     None)
-    b.add_argument("--seeds", type=int, default=3)
-    b.add_argument("--only", default=None, help="comma-separated entries as ALGO/ENV, e.g. ppo/CartPole-v1,sac/Pendulum-v1")
-    b.add_argument("--defaults", action="store_true", help="train each pair's defaults (mlxe train --env --no-zoo) instead")
-    b.add_argument("--sb3-python", default=None, help=sb3_help)
-    b = bench_parser(
-        "budget", "the greedy return after a fixed env-step budget and its wall time, e.g. SAC on HalfCheetah-v5", None,
-        {"env": "e.g. HalfCheetah-v5", "algo": "sac (HalfCheetah-v5), or any with --config"},
-    )
-    b.add_argument("--steps", type=int, default=100_000, help="env steps of each run")
-    b.add_argument("--seeds", type=int, default=1)
-    b.add_argument("--eval-episodes", type=int, default=10)
-    b.add_argument("--sb3-python", default=None, help=sb3_help)
-    b = bench_parser("soak", "resident memory of every process of long runs (A3C OA with replay, PPO) and its growth", None)
-    b.add_argument("--minutes", type=float, default=60.0, help="wall time of each run")
-    b.add_argument("--every", type=float, default=5.0, help="seconds between samples")
-    b.add_argument("--warmup", type=float, default=0.2, help="fraction of the run before growth is measured")
-    b.add_argument("--only", default=None, help="comma-separated variants: a3c-oa, ppo")
-    b = bench_parser("throughput", "PPO env steps/s on CartPole-v1: whole loop and acting only", "configs/cartpole_ppo_rlzoo.yaml")
-    b.add_argument("--executors", type=_counts, default="1,2,4", help="comma-separated Executor counts")
-    b.add_argument("--envs", type=_counts, default="8", help="comma-separated environments per Executor")
-    b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
-    b.add_argument("--acting-envs", type=_counts, default="8,64,256,1024", help="batch sizes of the acting-only measurement")
-    b.add_argument("--steps", type=int, default=50_000, help="env steps of each whole-loop run")
-    b.add_argument("--sb3-python", default=None, help=sb3_help)
-    b = bench_parser(
-        "gradients", "data-parallel learning: one PPO update on a 65,536-step batch with K gradient workers",
-        "configs/zoo/ppo/CartPole-v1.yaml",
-    )
-    b.add_argument("--workers", type=_counts, default="1,2", help="comma-separated K (learner.gradient_workers)")
-    b.add_argument("--envs", type=int, default=64, help="environments of the batch")
-    b.add_argument("--steps", type=int, default=1024, help="steps per environment of the batch")
-    b.add_argument("--batch-size", type=int, default=8192, help="minibatch size (algo.batch_size)")
-    b.add_argument("--epochs", type=int, default=4, help="passes over the batch (algo.epochs)")
-    b.add_argument("--rounds", type=int, default=3, help="timed updates per variant, in turns")
-    b.add_argument("--engine", choices=["gloo", "ray"], default="gloo", help="where the workers run")
-    b = bench_parser(
-        "steps", "gradient steps/s of the replay Learners (DQN, DDPG, TD3, SAC): eager vs CUDA graph", None,
-        config_help="comma-separated configs (default: the sac and td3 HalfCheetah-v5 and dqn LunarLander-v3 zoo entries)",
-    )
-    b.add_argument("--device", default="auto", help="where the Learners train (auto: cuda where torch sees one; cpu: the eager step alone)")
-    b.add_argument("--seconds", type=float, default=10.0, help="timed updates of each variant")
-    b.add_argument("--warmup-steps", type=int, default=200, help="gradient steps before the timing (the capture)")
-    b.add_argument("--rounds", type=int, default=1, help="repeat the variants in turn (median rates)")
-    b = bench_parser(
-        "remote", "serve-policy: env steps/s of a CartPole client batching 64 envs per request, and latency",
-        "configs/zoo/ppo/CartPole-v1.yaml",
-    )
-    b.add_argument("--run", default=None, metavar="RUN_DIR", help="serve this run (default: train --config briefly)")
-    b.add_argument("--envs", type=int, default=64, help="environments per request of the throughput client")
-    b.add_argument("--seconds", type=float, default=10.0, help="duration of the throughput measurement")
-    b.add_argument("--requests", type=int, default=2000, help="single-observation requests timed for latency")
-    b.add_argument("--train-steps", type=int, default=10_000, help="env steps of the run trained without --run")
-    b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
-    b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
-    b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")
-    b.add_argument("--acting-envs", type=_counts, default="8", help="batch sizes of the acting-only measurement")
-    b.add_argument("--curve-steps", type=int, default=0, help="env steps of a learning-curve run (0: none)")
-    b.add_argument("--rounds", type=int, default=1, help="repeat the whole-loop runs in turn (median rates)")
-    b.add_argument("--sb3-python", default=None, help=sb3_help)
     return parser
 
 

@@ -19,12 +19,12 @@ pytest.importorskip("uvicorn")
 
 import mlxe.service.policy as policy_module  # noqa: E402
 from mlxe.api import train  # noqa: E402
-from mlxe.bench.compare import QUIET  # noqa: E402
 from mlxe.cli import build_parser  # noqa: E402
 from mlxe.config import ConfigError, load_config, save_config  # noqa: E402
 from mlxe.envs.vector import CartPoleVec  # noqa: E402
 from mlxe.runtime.checkpoints import checkpoint_identity, save_checkpoint  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
+from mlxe.tools.bench.compare import QUIET  # noqa: E402
 from tests.service.client import Client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlxe.bench.atari import bench_atari
+from mlxe.tools.bench.atari import bench_atari
 
 pytest.importorskip("ale_py")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir
+from mlxe.tools.bench.compare import bench_dir
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 NETWORK = ["model.trunk=[256,256]", "model.policy_head=[]", "model.value_head=[]"]

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from mlxe.bench.scaling import TRANSPORTS, loop_rates, throughput_table
+from mlxe.tools.bench.scaling import TRANSPORTS, loop_rates, throughput_table
 
 
 def test_table_compares_each_transport_with_local_processes():
@@ -27,7 +27,7 @@ def test_loop_rates_skip_the_first_iteration(tmp_path):
 @pytest.mark.ray  # its Ray transport starts a local Ray instance
 def test_bench_scaling_runs_every_transport(tmp_path):
     pytest.importorskip("ray")
-    from mlxe.bench.scaling import bench_scaling
+    from mlxe.tools.bench.scaling import bench_scaling
 
     small = ["model.trunk=[16]", "model.policy_head=[16]", "model.value_head=[16]", "start_method=fork"]
     path = bench_scaling(executors=[2], episodes=6, overrides=small, out_dir=tmp_path)

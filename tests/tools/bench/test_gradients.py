@@ -2,8 +2,8 @@
 
 import json
 
-from mlxe.bench.gradients import bench_gradients
 from mlxe.cli import build_parser
+from mlxe.tools.bench.gradients import bench_gradients
 
 
 def test_the_bench_times_each_variant_and_writes_its_report(tmp_path):

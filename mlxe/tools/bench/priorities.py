@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir
+from mlxe.tools.bench.compare import bench_dir
 
 
 def _median_ms(fn, repeats: int) -> float:

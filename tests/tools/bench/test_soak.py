@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from mlxe.bench.soak import bench_soak, growth
 from mlxe.cli import main
+from mlxe.tools.bench.soak import bench_soak, growth
 
 
 def test_growth_compares_the_end_with_the_tenth_after_warm_up():

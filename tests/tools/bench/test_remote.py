@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from mlxe.bench.remote import bench_remote  # noqa: E402
 from mlxe.cli import build_parser  # noqa: E402
+from mlxe.tools.bench.remote import bench_remote  # noqa: E402
 
 
 def test_the_bench_trains_serves_and_writes_its_report(tmp_path):

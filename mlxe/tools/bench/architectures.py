@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlxe.bench.compare import bench_dir, markdown_table, median_of, run_variants, wall_chart
+from mlxe.tools.bench.compare import bench_dir, markdown_table, median_of, run_variants, wall_chart
 
 
 def speedups(results: dict[str, list[dict]], baseline: str = "ISTB") -> dict[str, float]:

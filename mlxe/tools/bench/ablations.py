@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlxe.bench.compare import bench_dir, markdown_table, run_variants, wall_chart
+from mlxe.tools.bench.compare import bench_dir, markdown_table, run_variants, wall_chart
 
 BASELINE = ["arch=is", "memory.sampler=uniform", "algo.min_updates=0", "algo.exploration.name=softmax",
             "algo.td_n=null", "algo.off_policy=none", "model.noisy_policy=false", "algo.max_grad_norm=null",

@@ -17,10 +17,10 @@ import yaml
 pytest.importorskip("optuna")
 
 import mlxe  # noqa: E402
-import mlxe.tune  # noqa: E402
+import mlxe.tools.tune  # noqa: E402
 from mlxe.cli import _Parser  # noqa: E402
 from mlxe.config import ConfigError, load_config, to_dict  # noqa: E402
-from mlxe.tune import Param, make_pruner, parse_param, read_evaluations, run_trial, tune  # noqa: E402
+from mlxe.tools.tune import Param, make_pruner, parse_param, read_evaluations, run_trial, tune  # noqa: E402
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 # ~1 s of training per trial: 8 iterations of 256 env steps, a 2-episode greedy evaluation after each
@@ -110,12 +110,12 @@ def test_a_missing_optuna_says_what_to_install(monkeypatch):
 
 def test_the_command_line_takes_options_among_the_overrides():
     parser = _Parser(prog="mlxe")
-    mlxe.tune.add_parser(parser.add_subparsers(dest="command", required=True))
+    mlxe.tools.tune.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["tune", CONFIG, "--trials", "3", "stop.eval_every=1", "--param", PARAMS[0],
                               "run.plot=false", "--param", PARAMS[1], "--parallel", "2", "--study-dir", "d"])
     assert (args.config, args.trials, args.parallel, args.study_dir) == (CONFIG, 3, 2, "d")
     assert args.overrides == ["stop.eval_every=1", "run.plot=false"] and args.param == PARAMS
-    assert (args.backend, args.seed, args.func) == ("local", 0, mlxe.tune.main)
+    assert (args.backend, args.seed, args.func) == ("local", 0, mlxe.tools.tune.main)
     with pytest.raises(SystemExit):
         parser.parse_args(["tune", CONFIG, "--trials", "0", "--param", PARAMS[0]])
 
@@ -126,13 +126,13 @@ def test_the_command_line_takes_options_among_the_overrides():
 def test_a_tiny_study_writes_its_files_and_resumes(tmp_path, monkeypatch, capsys):
     study_dir = tmp_path / "study"
     # Ctrl-C while the first trial starts: it is stopped, the study ends (interrupted), nothing is counted.
-    monkeypatch.setattr(mlxe.tune, "run_trial", _interrupt_then(mlxe.tune.run_trial))
+    monkeypatch.setattr(mlxe.tools.tune, "run_trial", _interrupt_then(mlxe.tools.tune.run_trial))
     result = tune(CONFIG, PARAMS, trials=2, overrides=TINY, study_dir=study_dir)
     assert result.interrupted and result.states == {"INTERRUPTED": 1} and result.best_config_path is None
     monkeypatch.undo()
 
     parser = _Parser(prog="mlxe")  # the same study from the command line: its 2 trials
-    mlxe.tune.add_parser(parser.add_subparsers(dest="command", required=True))
+    mlxe.tools.tune.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["tune", CONFIG, *TINY, "--trials", "2", "--parallel", "2", "--study-dir", str(study_dir),
                               *(f"--param={p}" for p in PARAMS)])
     assert args.func(args) == 0
@@ -169,8 +169,8 @@ def test_a_crashing_trial_fails_and_the_study_goes_on_and_a_pruned_trial_stops(t
     overrides = [*TINY, *CRASH_ONCE, f"env.kwargs={{crash_at: 5, once: {once}}}", "stop.max_env_steps=8192"]
     # Prune every trial once one has completed: the third trial is pruned at its first evaluation, and
     # stopped (read every 50 ms: before its 32 iterations are over).
-    monkeypatch.setattr(mlxe.tune, "make_pruner", lambda warmup_steps: _PruneAfterOne())
-    monkeypatch.setattr(mlxe.tune, "POLL_S", 0.05)
+    monkeypatch.setattr(mlxe.tools.tune, "make_pruner", lambda warmup_steps: _PruneAfterOne())
+    monkeypatch.setattr(mlxe.tools.tune, "POLL_S", 0.05)
     result = tune(CONFIG, PARAMS, trials=3, overrides=overrides, study_dir=tmp_path / "study")
     rows = read_trials(tmp_path / "study")
     assert [r["state"] for r in rows] == ["FAIL", "COMPLETE", "PRUNED"]
@@ -261,7 +261,7 @@ def test_trials_on_ray(tmp_path):
         cfg = load_config(CONFIG, [*TINY, "stop.max_env_steps=1000000", "stop.eval_return=.inf",
                                    f"run.dir={tmp_path / 'pruned'}", "run.progress=false"])
         reports = []
-        trials = mlxe.tune._RayTrials(cfg, parallel=1)
+        trials = mlxe.tools.tune._RayTrials(cfg, parallel=1)
         try:
             run = trials.run(yaml.safe_dump(to_dict(cfg)), tmp_path / "pruned", 7, lambda *r: reports.append(r) or True,
                              threading.Event(), "eval_return", 1)
@@ -277,9 +277,9 @@ def test_a_trial_left_running_by_a_dead_tune_process_is_not_counted(tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    storage = JournalStorage(JournalFileBackend(str(tmp_path / mlxe.tune.STORAGE_FILE)))
-    optuna.create_study(study_name=mlxe.tune.STUDY_NAME, storage=storage, direction="maximize").ask()  # never told
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / mlxe.tools.tune.STORAGE_FILE)))
+    optuna.create_study(study_name=mlxe.tools.tune.STUDY_NAME, storage=storage, direction="maximize").ask()  # never told
     space = [parse_param(PARAMS[0], CONFIG)]
-    study = mlxe.tune._open_study(optuna, tmp_path, CONFIG, space, TINY, "eval_return")
-    assert [mlxe.tune._state(t) for t in study.trials] == ["INTERRUPTED"]
-    assert not any(mlxe.tune._counts(t) for t in study.trials)
+    study = mlxe.tools.tune._open_study(optuna, tmp_path, CONFIG, space, TINY, "eval_return")
+    assert [mlxe.tools.tune._state(t) for t in study.trials] == ["INTERRUPTED"]
+    assert not any(mlxe.tools.tune._counts(t) for t in study.trials)

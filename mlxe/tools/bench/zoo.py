@@ -1,6 +1,6 @@
 """``mlxe bench zoo``: every entry of the zoo (or a chosen few) solved from several seeds.
 
-Each entry ``configs/zoo/<algo>/<env id>.yaml`` runs through :func:`mlxe.bench.solve.bench_solve`
+Each entry ``configs/zoo/<algo>/<env id>.yaml`` runs through :func:`mlxe.tools.bench.solve.bench_solve`
 with its own goal, evaluation episodes and budget (its ``stop`` section): success, env steps and
 training wall time to the goal, side by side with Stable-Baselines3 on RL-Zoo's settings for the same
 algorithm and environment where RL-Zoo has them (``--sb3-python``). ``defaults=True`` trains the
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir, median_range
-from mlxe.bench.solve import SB3_ALGOS, SB3_RUNNER, bench_solve
+from mlxe.tools.bench.compare import bench_dir, median_range
+from mlxe.tools.bench.solve import SB3_ALGOS, SB3_RUNNER, bench_solve
 
 
 def zoo_entries(only: list[str] | None = None) -> list[Path]:

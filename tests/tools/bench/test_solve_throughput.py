@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from mlxe.bench.solve import bench_solve, sb3
-from mlxe.bench.throughput import acting_only, bench_throughput
+from mlxe.tools.bench.solve import bench_solve, sb3
+from mlxe.tools.bench.throughput import acting_only, bench_throughput
 
 SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "algo.batch_size=64",
          "algo.epochs=2", "stop.eval_every=2"]
@@ -53,7 +53,7 @@ def test_an_interrupted_benchmark_stops_its_sb3_runner(tmp_path, monkeypatch):
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("mlxe.bench.solve.print", ctrl_c, raising=False)
+    monkeypatch.setattr("mlxe.tools.bench.solve.print", ctrl_c, raising=False)
     with pytest.raises(KeyboardInterrupt):
         sb3(str(script), "solve")
     with pytest.raises(ProcessLookupError):  # killed and reaped, not left sleeping

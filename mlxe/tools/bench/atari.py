@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, median_range
-from mlxe.bench.throughput import collect_and_floor, whole_loop
+from mlxe.tools.bench.compare import QUIET, bench_dir, median_range
+from mlxe.tools.bench.throughput import collect_and_floor, whole_loop
 
 CONFIG = "configs/pong_ppo.yaml"
 FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
@@ -98,7 +98,7 @@ def bench_atari(
     started = time.perf_counter()
     for round_ in range(rounds):
         if sb3_python:
-            from mlxe.bench.solve import sb3
+            from mlxe.tools.bench.solve import sb3
 
             r = sb3(sb3_python, "throughput", f"--env={env_id}", "--algo=ppo", f"--steps={steps}")
             results["sb3"].append(r)

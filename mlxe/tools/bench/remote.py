@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir
+from mlxe.tools.bench.compare import QUIET, bench_dir
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 TARGET_STEPS_PER_S = 20_000.0  # env steps/s with 64 environments per request

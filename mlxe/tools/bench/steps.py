@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir
+from mlxe.tools.bench.compare import bench_dir
 
 CONFIGS = (
     "configs/zoo/sac/HalfCheetah-v5.yaml",

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
+from mlxe.tools.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
 
 THRESHOLDS = {"CartPole-v1": 475.0, "CartPoleNoVel-v1": 475.0, "Pendulum-v1": -200.0}
 SB3_ALGOS = {("CartPoleNoVel-v1", "ppo"): "ppo_lstm"}  # RL-Zoo's name of the peer, where it is not ALGO

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir
+from mlxe.tools.bench.compare import QUIET, bench_dir
 
 CONFIG = "configs/cartpole_ppo_rlzoo.yaml"
 
@@ -108,7 +108,7 @@ def bench_throughput(
         (out / "results.json").write_text(json.dumps(results, indent=2))
 
     if sb3_python:
-        from mlxe.bench.solve import sb3
+        from mlxe.tools.bench.solve import sb3
 
         results["sb3"] = sb3(sb3_python, "throughput", "--env=CartPole-v1", "--algo=ppo", f"--steps={steps}")
         print(f"SB3 PPO: {results['sb3']['steps_per_s']:,.0f} steps/s", flush=True)

@@ -1,7 +1,7 @@
 import json
 
-from mlxe.bench.architectures import bench_architectures, speedups
-from mlxe.bench.compare import markdown_table
+from mlxe.tools.bench.architectures import bench_architectures, speedups
+from mlxe.tools.bench.compare import markdown_table
 
 
 def run(episodes, wall, ok=True):

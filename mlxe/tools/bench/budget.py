@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
-from mlxe.bench.solve import sb3
+from mlxe.tools.bench.compare import QUIET, bench_dir, import_optimizer_machinery, median_range, zoo_config
+from mlxe.tools.bench.solve import sb3
 
 
 def bench_budget(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir, markdown_table, run_variants
+from mlxe.tools.bench.compare import bench_dir, markdown_table, run_variants
 
 TRANSPORTS = ("local processes", "Ray, this machine", "Ray, 2-node cluster")
 

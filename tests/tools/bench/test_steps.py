@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.bench.steps import bench_steps, random_segment
 from mlxe.cli import build_parser
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import NetSpec
+from mlxe.tools.bench.steps import bench_steps, random_segment
 
 CARTPOLE_DQN = "configs/zoo/dqn/CartPole-v1.yaml"
 PENDULUM_SAC = "configs/zoo/sac/Pendulum-v1.yaml"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxe.bench.compare import bench_dir
+from mlxe.tools.bench.compare import bench_dir
 
 VARIANTS = {
     "a3c-oa": ("configs/cartpole_a3c.yaml", ["arch=oa"]),

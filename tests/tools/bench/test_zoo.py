@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mlxe.bench.zoo import bench_zoo, zoo_entries
+from mlxe.tools.bench.zoo import bench_zoo, zoo_entries
 
 SMALL = ["start_method=fork", "executors=1", "envs_per_executor=4", "rollout.steps=16", "stop.max_env_steps=640",
          "stop.eval_every=2", "run.eval_after=0"]
