@@ -15,19 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Log-probabilities [..., A] from logits [..., A] (along the last axis)."""
-    z = logits - logits.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Probabilities [A] from logits [A] (float64 for a stable sampling threshold)."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = np.exp(z - z.max())
-    return z / z.sum()
-
-
 class SoftmaxSampling:
     """The A3C default: sample an action from softmax(logits)."""
 

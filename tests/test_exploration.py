@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from mlxe.exploration import Greedy, SoftmaxSampling, make_exploration, softmax
+from mlxe.exploration import Greedy, SoftmaxSampling, make_exploration
+from mlxe.ops.sampling import softmax
 
 
 def test_softmax_two_actions():

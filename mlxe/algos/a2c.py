@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mlxe.algos import on_policy
-from mlxe.algos.distributions import log_prob_entropy
 from mlxe.config import ConfigError
+from mlxe.ops.distributions import log_prob_entropy
 
 
 @dataclass

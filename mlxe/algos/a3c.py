@@ -38,15 +38,16 @@ import numpy as np
 
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.distributions import categorical
 from mlxe.algos.optim import Deferred, FiniteSteps
-from mlxe.algos.returns import discounted_returns, nstep_returns
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.envs.cartpole_task import failure_discounts
-from mlxe.exploration import Greedy, make_exploration, softmax
+from mlxe.exploration import Greedy, make_exploration
 from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
+from mlxe.ops.distributions import categorical
+from mlxe.ops.returns import discounted_returns, nstep_returns
+from mlxe.ops.sampling import softmax
 
 
 @dataclass

@@ -32,12 +32,12 @@ import numpy as np
 
 from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.on_policy import sample_categorical
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Segment, State
 from mlxe.memory.transitions import TransitionReplay
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
+from mlxe.ops.sampling import sample_categorical
 
 
 @dataclass

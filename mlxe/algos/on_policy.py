@@ -5,7 +5,7 @@
   eps ~ N(0, I) (stored raw; the vector env clips them to the bounds). log pi(a|s) and V(s) are
   recorded for the update. Greedy acting takes the most likely action or the mean.
 * Targets (Learner, per segment): GAE(gamma, lambda) per environment over T steps
-  (``mlxe.algos.returns.gae``): a terminated step does not bootstrap, a truncated one bootstraps
+  (``mlxe.ops.returns.gae``): a terminated step does not bootstrap, a truncated one bootstraps
   V(final observation). With ``icm`` on, the curiosity module's intrinsic reward is added first.
 * Batches: the segments since the last update as rows [N] for a feed-forward network, or as
   sequences [T, S] starting from their stored states for a recurrent one (``algo.burn_in`` steps
@@ -31,14 +31,13 @@ import numpy as np
 
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.distributions import LOG_SQRT_2PI
 from mlxe.algos.numpy_losses import numpy_backprop
 from mlxe.algos.optim import Deferred, FiniteSteps
-from mlxe.algos.returns import gae
 from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm, Field, Segment, State
-from mlxe.exploration import log_softmax
 from mlxe.models.actor_critic import NetSpec, acting_network, share_flat
+from mlxe.ops.returns import gae
+from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical
 
 
 @dataclass
@@ -72,18 +71,6 @@ class Config(AlgoConfig):
 
 
 # --------------------------------------------------------------------------- acting
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Actions [B] ~ softmax(logits [B, A]) and their log-probabilities [B] (Gumbel-max, vectorized)."""
-    logp_all = log_softmax(logits)
-    actions = np.argmax(logp_all - np.log(-np.log(rng.random(logits.shape))), axis=1)
-    return actions, logp_all[np.arange(len(actions)), actions]
-
-
-def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """log N(mean + std * noise | mean, diag(std^2)) [B] of standard-normal ``noise`` and ``std`` [B, A]."""
-    return -(0.5 * np.square(noise) + np.log(std)).sum(axis=1) - noise.shape[1] * np.float32(LOG_SQRT_2PI)
 
 
 class ActorCriticPolicy:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.algos import on_policy
-from mlxe.algos.distributions import log_prob_entropy
-from mlxe.algos.returns import gae
 from mlxe.core import Segment
+from mlxe.ops.distributions import log_prob_entropy
+from mlxe.ops.returns import gae
 
 
 @dataclass

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxe.algos import on_policy
-from mlxe.algos.distributions import log_prob_entropy
 from mlxe.config import MAX_ROWS, ConfigError, check_at_most, check_positive
+from mlxe.ops.distributions import log_prob_entropy
 
 
 @dataclass

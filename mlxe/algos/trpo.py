@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxe.algos.distributions import kl_divergence, log_prob_entropy
 from mlxe.algos.on_policy import OnPolicy
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
+from mlxe.ops.distributions import kl_divergence, log_prob_entropy
 
 
 @dataclass

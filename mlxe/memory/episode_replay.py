@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.returns import td_errors, vtrace
-from mlxe.exploration import log_softmax
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
 from mlxe.models.actor_critic import NetSpec, acting_network
+from mlxe.ops.returns import td_errors, vtrace
+from mlxe.ops.sampling import log_softmax
 
 
 class EpisodeReplay:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.returns import nstep_window
 from mlxe.core import Segment
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.replay import ReplayMemory
+from mlxe.ops.returns import nstep_window
 
 WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
 

@@ -30,7 +30,7 @@ convolutions, then per Linear layer weight [out, in] row-major and bias [out]: t
 value head, then the state-independent log-std [A] where there is one).
 
 Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discrete) or the pair
-(mean [B, A], std [B, A]) (Box): what ``mlxe.algos.distributions.log_prob_entropy`` reads.
+(mean [B, A], std [B, A]) (Box): what ``mlxe.ops.distributions.log_prob_entropy`` reads.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlxe.algos.distributions import LOG_SQRT_2PI
-from mlxe.exploration import log_softmax
 from mlxe.models.actor_critic import MIN_STD, NetSpec, NumpyActorCritic
+from mlxe.ops.distributions import LOG_SQRT_2PI
+from mlxe.ops.sampling import log_softmax
 
 
 def _tanh_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -92,7 +92,7 @@ class Backprop:
         self, head: np.ndarray, action: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray, float], np.ndarray]]:
         """(log pi(a|s) [B], entropy [B], vjp) of the policy head's raw output, as
-        ``mlxe.algos.distributions.log_prob_entropy`` of the torch module's; ``vjp(d_logp [B], d_entropy)``
+        ``mlxe.ops.distributions.log_prob_entropy`` of the torch module's; ``vjp(d_logp [B], d_entropy)``
         returns dL/dhead for dL/dlog pi = ``d_logp`` and dL/dH = ``d_entropy`` (the same for every
         sample), and accumulates the state-independent log-std's gradient into ``grad``."""
         if self.spec.continuous:

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from mlxe.algos.dqn import DQN, QPolicy, dueling_numpy, epsilon
-from mlxe.algos.returns import nstep_window
 from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.transitions import nstep_transitions
 from mlxe.models.actor_critic import NetSpec
+from mlxe.ops.returns import nstep_window
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
 

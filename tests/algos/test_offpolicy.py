@@ -1,4 +1,4 @@
-"""Tests for n-step targets, TD errors, V-trace (mlxe.algos.returns) and the A3C off-policy loss options."""
+"""Tests for n-step targets, TD errors, V-trace (mlxe.ops.returns) and the A3C off-policy loss options."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from mlxe.algos.a3c import A3C
 from mlxe.algos.a3c import Config as A3CConfig
-from mlxe.algos.returns import nstep_returns, td_errors, vtrace
 from mlxe.config import load_config
 from mlxe.models.actor_critic import NetSpec
+from mlxe.ops.returns import nstep_returns, td_errors, vtrace
 
 # --------------------------------------------------------------------------- n-step returns
 # One 4-step window: r = [1, 2, 3, 4], d = [0.5, 0.5, 0.5, dL], V(s[t+1]) = [10, 20, 30, 40].

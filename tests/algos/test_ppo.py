@@ -6,11 +6,12 @@ import torch
 
 from mlxe import algos
 from mlxe.algos import numpy_losses
-from mlxe.algos.on_policy import ActorCriticPolicy, Autograd, sample_categorical
+from mlxe.algos.on_policy import ActorCriticPolicy, Autograd
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
+from mlxe.ops.sampling import sample_categorical
 
 SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh")
 
@@ -155,7 +156,7 @@ def box_spec(std="state_independent"):
 
 def gaussian_batch(learner, n=64, seed=0):
     """Raw Gaussian samples (some beyond the bounds, as the Executors store them) with the model's log pi."""
-    from mlxe.algos.distributions import gaussian
+    from mlxe.ops.distributions import gaussian
 
     rng = np.random.default_rng(seed)
     obs = rng.standard_normal((n, 4)).astype(np.float32)
@@ -218,7 +219,7 @@ def test_targets_keep_continuous_actions_float():
 
 
 def test_ppo_update_on_a_continuous_batch_makes_good_actions_likelier():
-    from mlxe.algos.distributions import gaussian
+    from mlxe.ops.distributions import gaussian
 
     learner = PPO(cfg("algo.batch_size=64", "algo.epochs=4"), box_spec(), seed=0)
     b = gaussian_batch(learner, n=256)

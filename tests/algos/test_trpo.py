@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.distributions import kl_divergence
 from mlxe.algos.trpo import TRPO, conjugate_gradient, flat_grad
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
+from mlxe.ops.distributions import kl_divergence
 
 GAUSSIAN = NetSpec(obs_shape=3, n_actions=2, trunk=(), policy_head=(8,), value_head=(8,), activation="tanh",
                    action_low=(-2.0, -1.0), action_high=(2.0, 1.0))
@@ -34,7 +34,7 @@ def batch(spec: NetSpec, seed: int = 0, n: int = 256) -> dict[str, np.ndarray]:
 
 
 def with_behaviour(learner: TRPO, rows: dict) -> dict:
-    from mlxe.algos.distributions import log_prob_entropy
+    from mlxe.ops.distributions import log_prob_entropy
 
     with torch.no_grad():
         policy = learner.main(torch.from_numpy(rows["obs"]))[0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlxe.algos.returns import vtrace
 from mlxe.config import load_config
 from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.memory.replay import step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.ops.returns import vtrace
 
 SPEC = NetSpec(obs_shape=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 

@@ -71,7 +71,7 @@ def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict
 def collect_and_floor(executor, env, net, steps: int, seconds: float) -> dict:
     """Env steps/s of ``executor.collect()`` and of its floor: ``env`` stepped ``steps`` at a time with
     actions sampled from ``net``'s forward pass, nothing else."""
-    from mlxe.algos.on_policy import sample_categorical
+    from mlxe.ops.sampling import sample_categorical
 
     collect = _rate(lambda: len(executor.collect()[0]), seconds)
     rng, obs = np.random.default_rng(0), env.reset()

@@ -1,11 +1,11 @@
-"""The action distributions of the losses (mlxe.algos.distributions) against torch.distributions."""
+"""The action distributions of the losses (mlxe.ops.distributions) against torch.distributions."""
 
 import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.distributions import categorical, gaussian, log_prob_entropy
-from mlxe.algos.on_policy import gaussian_log_prob
+from mlxe.ops.distributions import categorical, gaussian, log_prob_entropy
+from mlxe.ops.sampling import gaussian_log_prob
 
 
 def gaussian_batch(seed=0, n=64, a=3):

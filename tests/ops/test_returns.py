@@ -1,10 +1,10 @@
-"""Tests for discounted returns (mlxe.algos.returns)."""
+"""Tests for discounted returns (mlxe.ops.returns)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from mlxe.algos.returns import discounted_returns
+from mlxe.ops.returns import discounted_returns
 
 
 def test_constant_discount_with_bootstrap():
@@ -46,7 +46,7 @@ def test_does_not_modify_inputs():
 
 
 def test_gae_cuts_at_termination_and_bootstraps_truncation():
-    from mlxe.algos.returns import gae
+    from mlxe.ops.returns import gae
 
     # one environment, 4 steps: step 1 terminates, step 3 is truncated (episode cut by the cap)
     rewards = np.array([[1.0], [2.0], [3.0], [4.0]])
@@ -64,7 +64,7 @@ def test_gae_cuts_at_termination_and_bootstraps_truncation():
 
 
 def test_gae_is_independent_per_environment_and_lambda_one_is_the_discounted_return():
-    from mlxe.algos.returns import gae
+    from mlxe.ops.returns import gae
 
     rewards = np.array([[1.0, 5.0], [1.0, 5.0], [1.0, 5.0]])
     values = np.zeros((3, 2))

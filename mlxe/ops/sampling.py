@@ -1,0 +1,33 @@
+"""NumPy action distributions, as acting and the CPU gradient need them: softmax, categorical
+sampling and the Gaussian log-probability (their torch counterparts are :mod:`mlxe.ops.distributions`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.ops.distributions import LOG_SQRT_2PI
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities [..., A] from logits [..., A] (along the last axis)."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Probabilities [A] from logits [A] (float64 for a stable sampling threshold)."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max())
+    return z / z.sum()
+
+
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [B] ~ softmax(logits [B, A]) and their log-probabilities [B] (Gumbel-max, vectorized)."""
+    logp_all = log_softmax(logits)
+    actions = np.argmax(logp_all - np.log(-np.log(rng.random(logits.shape))), axis=1)
+    return actions, logp_all[np.arange(len(actions)), actions]
+
+
+def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """log N(mean + std * noise | mean, diag(std^2)) [B] of standard-normal ``noise`` and ``std`` [B, A]."""
+    return -(0.5 * np.square(noise) + np.log(std)).sum(axis=1) - noise.shape[1] * np.float32(LOG_SQRT_2PI)
