@@ -237,6 +237,19 @@ def check_positive(key: str, value: float | None) -> None:
         raise ConfigError(f"{key}: {value!r} is not allowed; expected a value > 0")
 
 
+def parse_address(address: str | int, key: str = "run.serve") -> tuple[str, int]:
+    """(host, port) of ``"HOST:PORT"`` (an IPv6 host in brackets) or ``"PORT"`` (the loopback
+    address); errors name ``key``, where the address came from."""
+    host, colon, port = str(address).strip().rpartition(":")
+    if not colon:
+        host = "127.0.0.1"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: {address!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765) or 'PORT'")
+    return host, int(port)
+
+
 def check_at_most(key: str, value: float | None, limit: float, unit: str = "") -> None:
     """A :class:`ConfigError` naming ``key`` unless ``value`` is None or <= ``limit`` (one of the ``MAX_`` bounds)."""
     if value is not None and value > limit:
@@ -727,11 +740,7 @@ def _check_remote(cfg: Config) -> None:
             "run.eval_after: greedy evaluations need a local environment, which env.api 'remote' has not; set it "
             "to 0 (the training episodes' returns are in episodes.csv)"
         )
-    try:
-        from mlxe.service.server import parse_address
-    except ImportError as e:
-        raise ConfigError(f"env.api: 'remote' needs starlette and uvicorn ({e}): pip install 'mlxe[serve]'") from None
-    parse_address(r.address, key="env.remote.address")
+    parse_address(r.address, key="env.remote.address")  # the serve extra is checked where the hub starts (api)
 
 
 def _check_gradient_workers(cfg: Config) -> None:

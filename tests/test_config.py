@@ -19,6 +19,7 @@ from mlxe.config import (
     from_dict,
     load_config,
     load_run_config,
+    parse_address,
     save_config,
     to_dict,
 )
@@ -964,3 +965,12 @@ def test_a_run_directory_written_with_a_key_its_algorithm_never_read_still_loads
     assert cfg.algo.name == "ppo" and cfg.algo.lr == 0.01 and not hasattr(cfg.algo, "optimizer")
     with pytest.raises(ConfigError, match="algo.optimizer: not a setting of algo.name 'ppo' .it belongs to a2c."):
         load_config(tmp_path / "config.yaml")
+
+
+def test_addresses():
+    assert parse_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    assert parse_address("8765") == ("127.0.0.1", 8765)  # the port alone: loopback
+    assert parse_address("[::1]:0") == ("::1", 0)
+    assert parse_address("my-host.example:80") == ("my-host.example", 80)
+    with pytest.raises(ConfigError, match=r"^env\.remote\.address: 'host:99999' is not allowed"):
+        parse_address("host:99999", key="env.remote.address")

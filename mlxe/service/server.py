@@ -41,7 +41,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from mlxe.config import ConfigError
+from mlxe.config import ConfigError, parse_address
 from mlxe.service.app import make_app
 
 SERVICE_FILE = "service.json"
@@ -61,19 +61,6 @@ def _close_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_close_in_child)
-
-
-def parse_address(address: str | int, key: str = "run.serve") -> tuple[str, int]:
-    """(host, port) of ``"HOST:PORT"`` (an IPv6 host in brackets) or ``"PORT"`` (the loopback
-    address); errors name ``key``, where the address came from."""
-    host, colon, port = str(address).strip().rpartition(":")
-    if not colon:
-        host = "127.0.0.1"
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{key}: {address!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765) or 'PORT'")
-    return host, int(port)
 
 
 class HttpService:

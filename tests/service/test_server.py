@@ -23,8 +23,10 @@ pytest.importorskip("uvicorn")
 from rich.console import Console  # noqa: E402
 
 from mlxe.cli import main  # noqa: E402
-from mlxe.config import ConfigError  # noqa: E402
-from mlxe.service.server import RunService, parse_address  # noqa: E402
+from mlxe.config import (
+    ConfigError,  # noqa: E402
+    )
+from mlxe.service.server import RunService  # noqa: E402
 from mlxe.service.status import fetch_status, print_status, read_status, status_summary  # noqa: E402
 from tests.service import make_run  # noqa: E402
 
@@ -118,13 +120,6 @@ def test_a_bad_address_is_a_config_error_naming_run_serve(run_dir, address):
     with pytest.raises(ConfigError, match=r"^run\.serve: "):
         RunService(run_dir, address).start()
     assert not (run_dir / "service.json").exists()
-
-
-def test_addresses():
-    assert parse_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
-    assert parse_address("8765") == ("127.0.0.1", 8765)  # the port alone: loopback
-    assert parse_address("[::1]:0") == ("::1", 0)
-    assert parse_address("my-host.example:80") == ("my-host.example", 80)
 
 
 def test_an_unresolvable_host_is_a_config_error(run_dir):
