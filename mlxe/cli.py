@@ -234,8 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from mlxe.algos.optim import NonFiniteError
     from mlxe.config import ConfigError
     from mlxe.runtime.checkpoints import CheckpointError
+    from mlxe.runtime.transport.workers import WorkerFailed
 
     try:
         return args.func(args)
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mlxe: aborted", file=sys.stderr)
         return 130
-    except RuntimeError as e:  # a role failed (WorkerFailed): its traceback, then the verdict
+    except (WorkerFailed, NonFiniteError) as e:  # a role failed: its traceback, then the verdict; other errors are bugs
         detail = getattr(e, "detail", "")
         if detail:
             print(detail.rstrip(), file=sys.stderr)

@@ -120,7 +120,7 @@ class _NotFinite(ConfigError):
 
 @dataclass
 class TaskConfig:
-    """The seed's CartPole task modifications (only valid for CartPole)."""
+    """The MLxE study's CartPole task modifications (only valid for CartPole)."""
 
     enabled: bool = False
     x_squared: bool = True  # append x^2 to the observation

@@ -65,7 +65,8 @@ class _DecayingEpsilon:
 
 
 class ReversedEpsilonGreedy(_DecayingEpsilon):
-    """The seed's REG policy: with probability eps the greedy action, else a sample from softmax.
+    """The MLxE study's reversed epsilon-greedy (REG): with probability eps the greedy action, else a
+    sample from softmax.
 
     Greedy more often early (more on-policy while little is learned), "informed random" later.
     """

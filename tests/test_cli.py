@@ -78,12 +78,16 @@ def test_a_bad_count_list_is_a_usage_error(capsys):
     assert "argument --executors: expected comma-separated integers >= 1, got '1,two'" in capsys.readouterr().err
 
 
-def test_a_bug_propagates_with_its_traceback(monkeypatch, capsys):
+@pytest.mark.parametrize("error", [
+    ValueError("operands could not be broadcast together with shapes (4,) (2,)"),
+    RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x4 and 8x16)"),  # torch's, in an edited loss
+])
+def test_a_bug_propagates_with_its_traceback(monkeypatch, capsys, error):
     def broken_train(args):
-        raise ValueError("operands could not be broadcast together with shapes (4,) (2,)")
+        raise error
 
     monkeypatch.setattr(mlxe.cli, "_train", broken_train)
-    with pytest.raises(ValueError, match="could not be broadcast") as e:
+    with pytest.raises(type(error), match="shapes") as e:
         main(["train", "configs/cartpole_a3c.yaml"])
     assert e.traceback[-1].name == "broken_train"
     assert "mlxe: error" not in capsys.readouterr().err

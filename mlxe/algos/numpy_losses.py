@@ -121,7 +121,7 @@ class NumpyBackprop:
 
     def ready(self, batch: dict[str, np.ndarray], progress: float):
         """Self once the first batch's check passes; where it fails, autograd (with a warning), or
-        with ``algo.backprop: numpy`` an error."""
+        with ``algo.backprop: numpy`` a ConfigError naming the key."""
         if self.checked:
             return self
         problem = self.disagreement(batch, progress)
@@ -129,8 +129,8 @@ class NumpyBackprop:
             self.checked = True
             return self
         if self.required:
-            raise RuntimeError(f"algo.backprop: {problem} Set algo.backprop=autograd to train the loss as written, "
-                               "or update its NumPy form in mlxe/algos/numpy_losses.py to match it.")
+            raise ConfigError(f"algo.backprop: {problem} Set algo.backprop=autograd to train the loss as written, "
+                              "or update its NumPy form in mlxe/algos/numpy_losses.py to match it.")
         warnings.warn(f"algo.backprop: {problem} Training the loss as written, by autograd.", RuntimeWarning, stacklevel=2)
         return self.fallback(self.algo)
 

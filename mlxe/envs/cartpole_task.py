@@ -91,7 +91,7 @@ def failure_discounts(n: int) -> np.ndarray:
 
 
 class CartPoleTask(gymnasium.Wrapper):
-    """Gymnasium wrapper applying the seed's CartPole task modifications.
+    """Gymnasium wrapper applying the MLxE study's CartPole task modifications.
 
     Must wrap an env whose ``unwrapped`` is a :class:`CartPoleEnv`. Put it outside any
     ``TimeLimit`` so that truncated steps can be told apart from failures. The

@@ -9,7 +9,7 @@ def discounted_returns(rewards: np.ndarray, discounts: np.ndarray, bootstrap: fl
     """Backward recursion ``G[t] = r[t] + discounts[t] * G[t+1]`` with ``G[n] = bootstrap``.
 
     ``rewards``, ``discounts``: [n] per step; ``discounts[t]`` discounts the return of step t+1 and
-    may vary per step (the seed's distance-to-failure discount). A terminal last step has
+    may vary per step (the MLxE study's distance-to-failure discount). A terminal last step has
     ``discounts[-1] = 0`` so nothing is bootstrapped past it. Returns [n] float32.
     """
     out = np.empty(len(rewards), dtype=np.float64)

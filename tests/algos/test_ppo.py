@@ -443,6 +443,6 @@ def test_an_edited_loss_trains_as_written(edit, monkeypatch):
 
     strict = PPO(cfg("algo.backprop=numpy"), SPEC, seed=0)
     before = strict.weights()
-    with pytest.raises(RuntimeError, match=f"algo.backprop: PPO.s {message}.* Set algo.backprop=autograd"):
+    with pytest.raises(ConfigError, match=f"algo.backprop: PPO.s {message}.* Set algo.backprop=autograd"):
         learn(strict, batch(strict), progress=0.1)
     np.testing.assert_array_equal(strict.weights(), before)  # nothing trained

@@ -1,8 +1,8 @@
-"""``mlxe bench ablations``: the seed's study of the A3C improvements, on CartPole with IS.
+"""``mlxe bench ablations``: the MLxE study's ablation of the A3C improvements, on CartPole with IS.
 
-Variants are cumulative where the seed's were: the baseline (uniform replay, N // batch + 1
+Variants are cumulative where the study's were: the baseline (uniform replay, N // batch + 1
 updates), + the minimum-updates rule (MMUF), + MMUF with prioritized replay by each factor, each pair
-and all three, + reversed epsilon-greedy, then single options on top of the seed's best combination:
+and all three, + reversed epsilon-greedy, then single options on top of the study's best combination:
 NoisyNets, TD(n), truncated importance weights, V-trace, prioritized-replay importance weights.
 Reports success rate and median [min-max] episodes, model updates, env steps and wall seconds to
 the 50,000-step goal, as ``ablations.md`` and ``ablations.png``.

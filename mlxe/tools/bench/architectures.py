@@ -1,4 +1,4 @@
-"""``mlxe bench architectures``: the seed's comparison of ISTB, IS, IA and OA on CartPole.
+"""``mlxe bench architectures``: the MLxE study's comparison of ISTB, IS, IA and OA on CartPole.
 
 Each architecture trains the same config with N seeds until the 50,000-step goal (or the config's
 budget). Writes ``architectures.md``, ``results.json`` and ``architectures.png`` (wall seconds).
