@@ -122,7 +122,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     import os
 
-    from mlxe.service.status import is_url, print_status
+    from mlxe.service.status import ServiceError, is_url, print_status
 
     if not is_url(args.source):
         if args.token is not None:
@@ -137,7 +137,11 @@ def _status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return print_status(args.source, token=token)
+    try:
+        return print_status(args.source, token=token)
+    except ServiceError as e:  # unreachable, a refused token: one line
+        print(f"mlxe: error: {e}", file=sys.stderr)
+        return 1
 
 
 def _serve_policy(args: argparse.Namespace) -> int:
@@ -235,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlxe.algos.optim import NonFiniteError
+    from mlxe.api import RunStopped
     from mlxe.config import ConfigError
     from mlxe.runtime.checkpoints import CheckpointError
     from mlxe.runtime.transport.workers import WorkerFailed
@@ -247,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mlxe: aborted", file=sys.stderr)
         return 130
-    except (WorkerFailed, NonFiniteError) as e:  # a role failed: its traceback, then the verdict; other errors are bugs
+    # a role failed, learning met NaN, the disk is full: the role's traceback, then the verdict; others are bugs
+    except (WorkerFailed, NonFiniteError, RunStopped) as e:
         detail = getattr(e, "detail", "")
         if detail:
             print(detail.rstrip(), file=sys.stderr)

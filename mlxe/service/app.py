@@ -15,7 +15,6 @@ import io
 import json
 import math
 import os
-import secrets
 import threading
 from array import array
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from starlette.routing import Route
 from mlxe.runtime.checkpoints import CheckpointError, check_finite_weights, load_checkpoint
 from mlxe.runtime.status import STATUS_FILE
 from mlxe.service.status import status_summary
+from mlxe.service.tokens import refusal
 
 EPISODES_MAX = 10_000  # most episodes one /api/episodes answer holds (and episodes kept in memory)
 METRICS_DEFAULT = ("iteration", "env_steps", "ma_return", "eval_return")
@@ -156,12 +156,9 @@ def make_app(run_dir: Path, token: str, expect: dict | None = None) -> Starlette
 
         @functools.wraps(endpoint)
         def guarded(request: Request) -> Response:
-            scheme, _, given = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected):
-                response = _error(401, "a valid 'Authorization: Bearer <token>' header is required "
-                                       "(the token is in the run directory's service.json)")
-                response.headers["WWW-Authenticate"] = "Bearer"
-                return response
+            refused = refusal(request, expected, "service.json", **NO_STORE)
+            if refused is not None:
+                return refused
             try:
                 return endpoint(request)
             except _BadParameter as e:

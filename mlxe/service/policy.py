@@ -47,6 +47,7 @@ from starlette.routing import Route
 from mlxe.config import ConfigError
 from mlxe.core import Policy, State
 from mlxe.service.server import HttpService
+from mlxe.service.tokens import refusal
 
 POLICY_SERVICE_FILE = "policy_service.json"
 DEFAULT_ADDRESS = "127.0.0.1:8766"
@@ -224,16 +225,6 @@ def make_policy_app(run_dir: Path, token: str, last: bool = False, greedy: bool 
     shape_text = ", ".join(["B", *map(str, served.obs_shape)])
     sessions: dict[str, _Session] = {}
 
-    def authorized(request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), expected)
-
-    def unauthorized() -> JSONResponse:
-        response = _error(401, "a valid 'Authorization: Bearer <token>' header is required "
-                               f"(the token is in the run directory's {POLICY_SERVICE_FILE})")
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
-
     def observations(body: dict) -> np.ndarray:
         """body["observations"] as an array [B, *obs] of the observation dtype."""
         if "observations" not in body:
@@ -274,8 +265,9 @@ def make_policy_app(run_dir: Path, token: str, last: bool = False, greedy: bool 
         """``endpoint`` behind the token; a refused request is a JSON error naming the field."""
 
         async def guarded(request: Request) -> Response:
-            if not authorized(request):
-                return unauthorized()
+            refused = refusal(request, expected, POLICY_SERVICE_FILE)
+            if refused is not None:
+                return refused
             try:
                 return await endpoint(request)
             except _BadRequest as e:

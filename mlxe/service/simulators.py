@@ -29,7 +29,6 @@ without a step: connect again). 409: a step while the session's previous one wai
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,7 @@ from mlxe.service.policy import (
     _shown,
 )
 from mlxe.service.server import HttpService
+from mlxe.service.tokens import refusal
 
 SIMULATORS_FILE = "simulators.json"
 
@@ -60,16 +60,6 @@ def make_simulator_app(hub: SimulatorHub, token: str) -> Starlette:
     expected = token.encode()
     obs_shape = hub.obs_shape
     discrete = hub.spec["action"]["kind"] == "discrete"
-
-    def authorized(request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), expected)
-
-    def unauthorized() -> JSONResponse:
-        response = _error(401, "a valid 'Authorization: Bearer <token>' header is required "
-                               f"(the token is in the run directory's {SIMULATORS_FILE})")
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
 
     def ended() -> JSONResponse:
         return JSONResponse({"error": f"run: {hub.closed}", "ended": True}, status_code=410)
@@ -131,8 +121,9 @@ def make_simulator_app(hub: SimulatorHub, token: str) -> Starlette:
         """``endpoint`` behind the token; a refused request is a JSON error naming the field, 410 once the run ended."""
 
         async def guarded(request: Request) -> Response:
-            if not authorized(request):
-                return unauthorized()
+            refused = refusal(request, expected, SIMULATORS_FILE)
+            if refused is not None:
+                return refused
             if hub.closed:
                 return ended()
             try:
