@@ -417,7 +417,7 @@ class Config:
     executors: Union[Literal["auto"], int] = "auto"  # auto: one per core
     envs_per_executor: int = 1  # environments each Executor steps in one batch
     start_method: Literal["spawn", "forkserver", "fork"] = "spawn"
-    # intra-op threads (torch's and NumPy's BLAS) of the Learner and the Memorizer; each Executor
+    # intra-op threads (torch's and NumPy's BLAS) of the Learner and its gradient workers; each Executor
     # process computes with one. Small models gain nothing from more.
     torch_threads: int = 1
     # The Learner's torch device: cpu, cuda, cuda:N, or auto (cuda where torch sees one, else cpu).

@@ -26,7 +26,7 @@ from mlxe.runtime.threads import limit_threads
 
 
 class WorkerFailed(RuntimeError):
-    """A role (Executor, Memorizer, Learner) raised or died; the message names it."""
+    """A role (an Executor, a gradient worker, a policy host) raised or died; the message names it."""
 
     def __init__(self, name: str, detail: str) -> None:
         # The message is the exception line; the worker's full traceback stays in ``detail``.

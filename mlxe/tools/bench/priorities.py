@@ -1,7 +1,7 @@
 """``mlxe bench priorities``: the cost of re-weighting a full replay buffer, against one update.
 
-Fills the Memorizer of the main config (1024 x executors rows) with random steps, then times
-``Memorizer.begin_iteration`` (the batched NumPy forward pass for the TD errors + the three-factor
+Fills the A3C replay (EpisodeReplay) of the main config (1024 x executors rows) with random steps, then times
+``EpisodeReplay.begin_iteration`` (the batched NumPy forward pass for the TD errors + the three-factor
 priorities), drawing one prioritized batch, and one Learner update. Writes ``priorities.md``.
 """
 
