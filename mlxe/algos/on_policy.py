@@ -443,7 +443,9 @@ class OnPolicy(Algorithm):
     # -- gradients computed elsewhere ---------------------------------------------------------------
     def get_gradients(self, batch: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict[str, float]]:
         """A gradient worker's share: the loss's gradient [P] on ``batch`` at the current weights
-        (:meth:`adopt` them first), unclipped, and its terms."""
+        (:meth:`adopt` them first), unclipped, and its terms. The worker checks its gradient path on
+        its first share as the Learner does on its first batch, so that both train the same loss."""
+        self.backprop = self.backprop.ready(batch, progress)
         terms = self.backprop.gradient(self.backprop.batch(batch), progress)
         return self.flat.grad.cpu().numpy().copy(), {k: float(v) for k, v in terms.items()}
 

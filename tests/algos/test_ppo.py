@@ -446,3 +446,17 @@ def test_an_edited_loss_trains_as_written(edit, monkeypatch):
     with pytest.raises(ConfigError, match=f"algo.backprop: PPO.s {message}.* Set algo.backprop=autograd"):
         learn(strict, batch(strict), progress=0.1)
     np.testing.assert_array_equal(strict.weights(), before)  # nothing trained
+
+
+def test_a_gradient_worker_checks_its_gradient_path_as_the_learner_does(monkeypatch):
+    """A data-parallel worker computing shares of an edited loss trains what the Learner trains: the
+    edited loss, by autograd (not the stale NumPy form)."""
+    monkeypatch.setattr(PPO, "loss", edited_loss("coefficient"))
+    worker, reference = PPO(cfg(), SPEC, seed=0), PPO(cfg("algo.backprop=autograd"), SPEC, seed=0)
+    share = batch(worker)
+    with pytest.warns(RuntimeWarning, match="algo.backprop: PPO.s NumPy form computes the loss as"):
+        grad, terms = worker.get_gradients(share, 0.1)
+    assert isinstance(worker.backprop, Autograd)
+    expected, expected_terms = reference.get_gradients(share, 0.1)
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+    assert terms["loss"] == pytest.approx(expected_terms["loss"], rel=1e-6)
