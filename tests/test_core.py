@@ -3,8 +3,8 @@
 The toy records two fields of its own in unusual dtypes and carries a recurrent state (the step
 count of each environment's episode), so the tests see what the runtime promises any algorithm:
 the declared fields arrive in their own shapes and dtypes, the state is reset at episode ends and
-handed over at segment starts, segments arrive in executor order, and ``update`` / ``weights`` are
-all the schedule asks of the learning side.
+handed over at segment starts, segments arrive in executor order (the on-policy Memorizer hands them
+out as they came), and ``learn`` / ``weights`` are all the schedule asks of the learning side.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import mlxe
 from mlxe import algos
 from mlxe.config import AlgoConfig, load_config
 from mlxe.core import Algorithm, Field, Segment
+from mlxe.memory.segments import IterationSegments
 
 SEEN: list[Segment] = []  # the toy Learner's segments, for the tests to read (threads, or fork)
 
@@ -70,10 +71,13 @@ class Toy(Algorithm):
         super().__init__(cfg, spec, seed)
         self.version = 0.0
 
-    def observe(self, segment):
-        SEEN.append(segment)
+    @classmethod
+    def make_memorizer(cls, cfg, spec, seed, learner=None):
+        return IterationSegments()
 
-    def update(self, progress):
+    def learn(self, handout, progress):
+        for segments in handout.batches:
+            SEEN.extend(segments)
         self.version += 1.0
         self.updates += 1
         return {"progress": progress}

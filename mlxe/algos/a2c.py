@@ -37,7 +37,7 @@ class Config(on_policy.Config):
 
 
 class A2C(on_policy.OnPolicy):
-    """One full-batch actor-critic step per iteration on the segments observed since the last one."""
+    """One full-batch actor-critic step per iteration on the iteration's segments."""
 
     Config = Config
     parameter_server = True  # one gradient per segment: RELAAX's DA3C

@@ -6,14 +6,14 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
   policy (softmax sampling, the study's reversed epsilon-greedy, or epsilon-greedy).
 * Iteration: the Learner updates once every Executor has finished an episode (``iteration =
   "episode"``); under IS each Executor plays exactly one episode per iteration.
-* Targets (Learner, as an episode's last segment arrives): only the episode's last
-  ``memory.keep_last_steps`` steps are kept (a rolling window per environment), so a 50,000-step
-  episode costs the replay no more than a short one. Their discounted returns G use a constant
-  ``gamma`` or the study's distance-to-failure schedule gamma(k) = clip(0.0379 ln k + 0.7983, 0.5,
-  0.99) for the k-th step before a failure. Episodes cut by the step cap are not failures: they
-  bootstrap from V(s') with ``gamma``. With ``td_n`` the value target is the n-step TD target.
-* Replay (:class:`~mlxe.memory.episode_replay.EpisodeReplay`): uniform or three-factor
-  prioritized (age, risk, TD error), re-weighted at every iteration start; V-trace targets there too.
+* Memorizer (:class:`~mlxe.memory.episodes.EpisodeMemory`, as an episode's last segment arrives):
+  only the episode's last ``memory.keep_last_steps`` steps are kept (a rolling window per
+  environment), so a 50,000-step episode costs the replay no more than a short one. Their
+  discounted returns G use a constant ``gamma`` or the study's distance-to-failure schedule
+  gamma(k) = clip(0.0379 ln k + 0.7983, 0.5, 0.99) for the k-th step before a failure. Episodes
+  cut by the step cap are not failures: they bootstrap from V(s') with ``gamma``. With ``td_n``
+  the value target is the n-step TD target. The replay is uniform or three-factor prioritized
+  (age, risk, TD error), re-weighted before every handout; V-trace targets there too.
 * Loss: mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)), the policy term optionally
   corrected for the replayed steps' older behaviour policy (truncated importance weights, V-trace).
 * Recurrent core (``model.core``, RELAAX's DA3C-LSTM on the study's replay): Executors carry the
@@ -23,7 +23,7 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 * Update: RAdam, lr = max(lr0 * 0.998^episodes, 1e-6), batches of 128 drawn from replay;
   updates per iteration = max(min_updates, N // batch + 1) for N stored steps (MMUF); optionally
   the main model is reset to the best-scoring published weights every ``promote_best_every``
-  iterations. The study's target model, frozen per iteration, is the published weights: the
+  iterations (before the next publication). The study's target model, frozen per iteration, is the published weights: the
   bootstrap values of the targets and the replay's re-weighting use the weights the iteration
   starts from, while the main model trains.
 """
@@ -40,13 +40,11 @@ from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
-from mlxe.core import Algorithm, Field, Segment, State
-from mlxe.envs.cartpole_task import failure_discounts
+from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import Greedy, make_exploration
-from mlxe.memory.episode_replay import EpisodeReplay
+from mlxe.memory.episodes import EpisodeMemory
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
 from mlxe.ops.distributions import categorical
-from mlxe.ops.returns import discounted_returns, nstep_returns
 from mlxe.ops.sampling import softmax
 
 
@@ -107,31 +105,6 @@ class Config(AlgoConfig):
             )
 
 
-def episode_targets(
-    rewards: np.ndarray,
-    failed: bool,
-    bootstrap_value: float,
-    gamma: float,
-    distance_discount: bool,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-step discounts and returns of an episode's stored last ``n`` steps.
-
-    ``failed``: the episode ended in a failure (terminal state: nothing to bootstrap);
-    otherwise it was cut by the step cap and bootstraps ``bootstrap_value`` = V(s') with ``gamma``.
-    With ``distance_discount`` a failed episode's step k steps before the terminal step is
-    discounted by gamma(k); the terminal step's return is its reward.
-    Returns ``(discounts [n], returns [n])``, float32.
-    """
-    n = len(rewards)
-    discounts = np.full(n, gamma, dtype=np.float32)
-    if failed:
-        if distance_discount and n > 1:
-            discounts[:-1] = failure_discounts(n - 1)[::-1]
-        discounts[-1] = 0.0
-        bootstrap_value = 0.0
-    return discounts, discounted_returns(rewards, discounts, bootstrap_value)
-
-
 class A3CPolicy:
     """Acting: softmax(logits) of the network (NumPy for an MLP), then the configured exploration
     policy; records log pi_behaviour(a|s) for the importance corrections of replayed steps and, with a
@@ -183,38 +156,6 @@ class A3CPolicy:
         self.exploration.load_state_dict(state["exploration"])
 
 
-class EpisodeWindow:
-    """The last ``keep`` steps of one environment's episode in progress (a ring), and its return."""
-
-    FIELDS = ("obs", "action", "reward", "next_obs", "logp")
-
-    def __init__(self, keep: int, spec: NetSpec) -> None:
-        self.keep = keep
-        self.data = {k: np.zeros(keep, np.float32) for k in self.FIELDS}
-        self.data.update({f"state.{k}": np.zeros((keep, *shape), np.float32) for k, shape in spec.state_shapes().items()})
-        self.data["obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
-        self.data["next_obs"] = np.zeros((keep, *spec.obs_shape), spec.obs_dtype)
-        self.data["action"] = np.zeros(keep, np.int64)
-        self.length = 0  # steps of the episode so far
-        self.total_return = 0.0
-
-    def extend(self, steps: dict[str, np.ndarray]) -> None:
-        """Append n consecutive steps (each field [n, ...])."""
-        n = len(steps["reward"])
-        self.total_return += float(steps["reward"].sum(dtype=np.float64))
-        keep = min(n, self.keep)
-        rows = (self.length + n - keep + np.arange(keep)) % self.keep
-        for k, v in self.data.items():
-            v[rows] = steps[k][n - keep :]
-        self.length += n
-
-    def last_steps(self) -> dict[str, np.ndarray]:
-        """The stored steps, oldest first (each field [min(length, keep), ...])."""
-        n = min(self.length, self.keep)
-        order = np.arange(self.length - n, self.length) % self.keep
-        return {k: v[order] for k, v in self.data.items()}
-
-
 class BestModel:
     """Best-model promotion: remember the best-scoring published weights, reset main to them.
 
@@ -254,7 +195,7 @@ LOSS_STATS = ("loss", "value_loss", "policy_loss", "entropy", "grad_norm")
 
 
 class A3C(Algorithm):
-    """The learning side: episode windows in, a main model trained on replayed steps."""
+    """The Learner's math: a main model trained on the steps its Memorizer replays."""
 
     Config = Config
     iteration = "episode"
@@ -282,86 +223,30 @@ class A3C(Algorithm):
         self.main = build_torch(spec).to(self.device)  # built on the CPU: the same initial weights anywhere
         self.optimizer = Deferred(lambda: torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True))
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
-        replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
-        self.replay = EpisodeReplay(
-            cfg.memory, self.algo.off_policy, self.algo.batch_size, spec, cfg.num_executors(), replay_seed,
-            self.algo.sequence_length,
-        )
-        self.keep = cfg.memory.keep_last_steps
-        self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
-        self.windows: dict[tuple[int, int], EpisodeWindow] = {}  # (executor, env) -> episode in progress
         self.iterations = self.episodes = self.promotions = 0
-        self.fresh, self.owed = False, 0  # a parameter-server worker: an episode stored since, gradients owed
+        self.owed = 0  # a parameter-server worker: gradients owed
         every = self.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
         self.curiosity = IntrinsicReward(cfg.icm, spec, self.device) if cfg.icm.enabled else None
-        # the network bootstrap values are computed with: the newest published weights
-        self.acting = acting_network(spec, np.zeros(spec.num_params(), np.float32))
         self._reset_versions()
+
+    @classmethod
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner: A3C | None = None) -> EpisodeMemory:
+        """The study's replay of episode windows; with curiosity on, the stored rewards add the
+        Learner's intrinsic reward (so the Memorizer runs in its process)."""
+        rewards = None
+        if cfg.icm.enabled:
+            if learner is None:
+                raise ConfigError("icm.enabled: the curiosity module's rewards need the Memorizer in the Learner's process")
+            rewards = learner.curiosity.rewards
+        return EpisodeMemory(cfg, spec, seed, cfg.num_executors(), rewards)
 
     def _reset_versions(self) -> None:
         """Versions count publications from this (re)start: 1 for the weights published first, then
-        one per :meth:`update`. The policy the Learner computes bootstrap values with follows them."""
+        one per :meth:`learn`."""
         self.version = 1
-        np.copyto(self.acting.flat, self.weights())
         if self.best is not None:
             self.best.snapshot(self.version, self.main)
-
-    # -- targets -------------------------------------------------------------------------------
-    def observe(self, segment: Segment) -> None:
-        """Extend each environment's window; an episode that ended goes into the replay."""
-        if segment.restarted:  # its environments were reset: the episodes in progress are gone
-            self.windows = {key: w for key, w in self.windows.items() if key[0] != segment.executor}
-        steps, next_obs = segment.steps, segment.next_observations()
-        ended = steps["terminated"] | steps["truncated"]
-        for e in range(ended.shape[1]):
-            key = (segment.executor, e)
-            start = 0
-            for t in [*np.flatnonzero(ended[:, e]), None]:
-                stop = len(ended) if t is None else t + 1
-                if stop > start:
-                    window = self.windows.setdefault(key, EpisodeWindow(self.keep, self.spec))
-                    part = {k: steps[k][start:stop, e] for k in window.data if k != "next_obs"}
-                    window.extend({**part, "next_obs": next_obs[start:stop, e]})
-                if t is not None:
-                    self.finish(self.windows.pop(key), bool(steps["terminated"][t, e]), next_obs[t, e], segment.version)
-                start = stop
-
-    def finish(self, window: EpisodeWindow, failed: bool, last_obs: np.ndarray, version: int) -> None:
-        """The episode's stored steps with their targets into the replay."""
-        steps = window.last_steps()
-        if self.curiosity is not None:  # the stored steps' rewards become extrinsic + intrinsic
-            steps["reward"] = self.curiosity.rewards(steps["obs"], steps["next_obs"], steps["action"], steps["reward"])
-        n = len(steps["reward"])
-        bootstrap = 0.0 if failed else float(self.next_values(steps, last_only=True)[0])
-        discounts, returns = episode_targets(steps["reward"], failed, bootstrap, self.algo.gamma, self.distance_discount)
-        if self.algo.td_n is not None:  # n-step targets from the values of the weights that played
-            returns = nstep_returns(steps["reward"], discounts, self.next_values(steps), self.algo.td_n)
-        done = np.zeros(n, np.float32)
-        done[-1] = float(failed)
-        last = np.zeros(n, np.float32)
-        last[-1] = 1.0
-        self.store({**steps, "done": done, "discount": discounts, "ret": returns, "last": last}, window.total_return, version)
-
-    def next_values(self, steps: dict[str, np.ndarray], last_only: bool = False) -> np.ndarray:
-        """V(next_obs) [n] of an episode's stored steps (only the last one's [1] with ``last_only``)
-        with the newest published weights; a recurrent network reads each from the state after its
-        step, played from the step's stored state."""
-        rows = slice(-1, None) if last_only else slice(None)
-        if not self.spec.recurrent:
-            return self.acting.value(steps["next_obs"][rows])
-        state = {k: steps[f"state.{k}"][rows] for k in self.spec.state_shapes()}
-        _, _, state = self.acting.step(steps["obs"][rows], state)
-        return self.acting.step(steps["next_obs"][rows], state)[1]
-
-    def store(self, steps: dict[str, np.ndarray], total_return: float, version: int) -> None:
-        """One finished episode's stored steps (every field of ``step_layout``) into the replay;
-        its return scores ``version`` for promotion."""
-        self.replay.add(steps)
-        self.episodes += 1
-        self.fresh = True
-        if self.best is not None:
-            self.best.score(version, total_return)
 
     # -- loss ----------------------------------------------------------------------------------
     def loss(self, batch: dict[str, np.ndarray]):
@@ -413,31 +298,28 @@ class A3C(Algorithm):
     def learning_rate(self, episodes: int) -> float:
         return max(self.algo.lr * self.algo.lr_decay**episodes, self.algo.lr_min)
 
-    def updates_per_iteration(self, stored_steps: int) -> int:
-        """Minimum-model-updates rule: max(min_updates, N // batch + 1), 0 for an empty memory."""
-        if stored_steps == 0:
-            return 0
-        return max(self.algo.min_updates, stored_steps // self.algo.batch_size + 1)
-
     def decay_learning_rate(self) -> None:
         """lr = max(lr0 * lr_decay ** episodes, lr_min) for the episodes stored so far."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.episodes)
 
-    def update(self, progress: float) -> dict[str, float]:
-        """One iteration: promote, decay lr, re-weight the replay, then the MMUF number of gradient
-        steps; returns their mean loss terms with ``lr``."""
+    def learn(self, handout: Handout, progress: float) -> dict[str, float]:
+        """One iteration: score the new episodes, decay lr, one gradient step per batch handed out,
+        then promote the best weights if it is their turn; returns the steps' mean loss terms with
+        ``lr``."""
         import torch
 
-        if self.best is not None and self.best.maybe_promote(self.iterations, self.main):
-            self.promotions += 1
+        for version, episode_return in handout.episodes:
+            self.episodes += 1
+            if self.best is not None:
+                self.best.score(version, episode_return)
         self.decay_learning_rate()
-        self.replay.begin_iteration(self.iterations, self.weights())
-        stats = [self.step(self.replay.batch()) for _ in range(self.updates_per_iteration(len(self.replay)))]
+        stats = [self.step(batch) for batch in handout.batches]
         self.iterations += 1
         self.version += 1
-        np.copyto(self.acting.flat, self.weights())
         if self.best is not None:
+            if self.best.maybe_promote(self.iterations, self.main):
+                self.promotions += 1
             self.best.snapshot(self.version, self.main)
         if not stats:
             return {}
@@ -467,20 +349,20 @@ class A3C(Algorithm):
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
     # -- the parameter server ------------------------------------------------------------------
-    def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
+    def worker_gradients(
+        self, memorizer: EpisodeMemory, weights: np.ndarray, workers: int
+    ) -> tuple[np.ndarray, dict[str, float]] | None:
         """A worker's next gradient at ``weights`` on a fresh batch of its own replay. After each
         episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
         stored rows: the minimum-updates rule, shared between the workers."""
-
-        np.copyto(self.acting.flat, weights)  # what the worker plays (and bootstraps) with next
-        if self.fresh:  # re-weight with the newest weights; the priority exponent anneals per run-wide episode
-            self.replay.begin_iteration(self.episodes * workers, weights)
-            self.owed = -(-self.updates_per_iteration(len(self.replay) * workers) // workers)
-            self.fresh = False
+        memorizer.refresh(weights)  # what the worker plays (and bootstraps) with next
+        if memorizer.fresh:  # re-weight with the newest weights; the priority exponent anneals per run-wide episode
+            memorizer.reweight(memorizer.episodes * workers)
+            self.owed = -(-memorizer.batches_due(len(memorizer) * workers) // workers)
         if self.owed == 0:
             return None
         self.owed -= 1
-        return self.gradient(weights, self.replay.batch())
+        return self.gradient(weights, memorizer.replay.batch())
 
     def gradient(self, weights: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
         """The gradient [P] of the loss on ``batch`` at ``weights`` [P], clipped to ``max_grad_norm``,
@@ -530,12 +412,10 @@ class A3C(Algorithm):
         return flat_weights(self.main)
 
     def state_dict(self) -> dict:
-        """Models, optimizer, replay and counters, tensors on the CPU (a checkpoint resumes on any
-        device). Episodes in progress are not kept: a resumed run's Executors start new ones."""
+        """Models, optimizer and counters, tensors on the CPU (a checkpoint resumes on any device)."""
         return {
             "main": to_cpu(self.main.state_dict()),
             "optimizer": to_cpu(self.optimizer.state_dict()),
-            "replay": self.replay.state_dict(),
             "updates": self.updates,
             "iterations": self.iterations,
             "episodes": self.episodes,
@@ -547,11 +427,9 @@ class A3C(Algorithm):
         # state to each parameter's device
         self.main.load_state_dict(state["main"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.replay.load_state_dict(state["replay"])
         if self.curiosity is not None:
             self.curiosity.load_state_dict(state["curiosity"])
         self.updates, self.iterations, self.episodes = (int(state[k]) for k in ("updates", "iterations", "episodes"))
-        self.windows = {}
         self._reset_versions()
 
 

@@ -33,7 +33,7 @@ from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
-from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
 from mlxe.memory.transitions import TransitionReplay
 from mlxe.models.actor_critic import NetSpec, flat_weights
@@ -238,8 +238,6 @@ class DDPG(Algorithm):
         self.critic_optimizer = self.adam(self.critic.parameters, a.rate("critic"))
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.graph = CapturedStep(self.gradient_step, self.device) if self.captured else None
-        self.replay = TransitionReplay(spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step)
-        self.rng = np.random.default_rng(seed)
         self.target_params = self.online_params = None  # what soft_update moves, listed on first use
         center, scale = spec.action_center_scale()
         self.center = torch.as_tensor(center, device=self.device)
@@ -256,10 +254,15 @@ class DDPG(Algorithm):
 
         return Deferred(lambda: torch.optim.Adam(params(), lr=lr, fused=True, capturable=self.captured))
 
+    @classmethod
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> TransitionReplay:
+        """Every Executor's n-step transitions in one replay (Ape-X's layout)."""
+        a = cfg.algo
+        return TransitionReplay(
+            spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step, a.batch_size, seed
+        )
+
     # -- targets ------------------------------------------------------------------------------------
-    def observe(self, segment: Segment) -> None:
-        """n-step transitions of the segment (continuing the Executor's previous one) into the replay."""
-        self.replay.observe(segment)
 
     def target(self, batch: dict):
         """y [B] = G + discount * Q'(s', mu'(s')) (no gradient)."""
@@ -285,18 +288,14 @@ class DDPG(Algorithm):
         return -self.critic.first(batch["obs"], action).mean(), {}
 
     # -- update -------------------------------------------------------------------------------------
-    def update(self, progress: float) -> dict[str, float]:
-        """The gradient steps owed by the env steps observed since the last update."""
+    def learn(self, handout: Handout, progress: float) -> dict[str, float]:
+        """One critic step per replay batch handed out, and an actor step every ``policy_delay``."""
         import torch
 
-        steps = self.replay.due()
-        if steps == 0:
-            return {}
         critic_stats, actor_stats = [], []
-        for _ in range(steps):
+        for batch in handout.batches:
             self.updates += 1
             actor_turn = self.updates % self.algo.policy_delay == 0
-            batch, _ = self.replay.sample(self.algo.batch_size, self.rng)
             if self.graph is not None:
                 stats = self.graph(batch, actor_turn)
             else:
@@ -304,11 +303,13 @@ class DDPG(Algorithm):
             critic_stats.append(stats[:2])
             if actor_turn:
                 actor_stats.append(stats[2:])
+        if not critic_stats:
+            return {}
         info = dict(zip(("critic_loss", "q"), torch.stack(critic_stats).mean(0).tolist()))
         if actor_stats:  # one device read for the whole call
             names = ("actor_loss", *self.actor_stat_names())
             info |= dict(zip(names, torch.stack(actor_stats).mean(0).tolist()))
-        return info | {"lr": self.algo.rate("critic"), "replay": len(self.replay), "nonfinite_steps": self.finite.skipped}
+        return info | {"lr": self.algo.rate("critic"), "nonfinite_steps": self.finite.skipped}
 
     def gradient_step(self, batch: dict, actor_turn: bool):
         """One critic step on a replay batch ({field: tensor [B, ...]} on the device, actions as the
@@ -367,7 +368,7 @@ class DDPG(Algorithm):
         return flat_weights(self.actor)
 
     def modules(self) -> dict:
-        """What a checkpoint holds besides the replay and counters: networks and optimizers by name."""
+        """What a checkpoint holds besides the counters: networks and optimizers by name."""
         modules = {
             "main": self.actor, "critic": self.critic, "actor_target": self.actor_target,
             "critic_target": self.critic_target, "actor_optimizer": self.actor_optimizer,
@@ -376,18 +377,12 @@ class DDPG(Algorithm):
         return {k: m for k, m in modules.items() if m is not None}
 
     def state_dict(self) -> dict:
-        return {k: to_cpu(m.state_dict()) for k, m in self.modules().items()} | {
-            "replay": self.replay.state_dict(),
-            "updates": self.updates,
-            "rng": self.rng.bit_generator.state,
-        }
+        return {k: to_cpu(m.state_dict()) for k, m in self.modules().items()} | {"updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         for k, m in self.modules().items():
             m.load_state_dict(state[k])
-        self.replay.load_state_dict(state["replay"])
         self.updates = int(state["updates"])
-        self.rng.bit_generator.state = state["rng"]
         if self.graph is not None:  # the optimizers' state tensors were replaced: capture anew
             self.graph = CapturedStep(self.gradient_step, self.device)
 

@@ -34,7 +34,7 @@ from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
-from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay
 from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
 from mlxe.ops.sampling import sample_categorical
@@ -160,6 +160,23 @@ class QPolicy:
         self.steps = int(state["steps"])
 
 
+# --------------------------------------------------------------------------- memorizer
+
+
+class Transitions(TransitionReplay):
+    """DQN's replay, which also logs the exploration rate its env steps have reached."""
+
+    def __init__(self, algo: Config, spec: NetSpec, seed: int) -> None:
+        super().__init__(
+            spec, algo.buffer_size, algo.n_step, algo.gamma, algo.learning_starts, algo.updates_per_step,
+            algo.batch_size, seed, algo.priority_alpha if algo.prioritized else None, algo.priority_beta,
+        )
+        self.algo = algo
+
+    def metrics(self) -> dict[str, float]:
+        return super().metrics() | {"epsilon": epsilon(self.algo, self.env_steps)}
+
+
 # --------------------------------------------------------------------------- learner
 
 
@@ -198,16 +215,11 @@ class DQN(Algorithm):
         )
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.graph = CapturedStep(self.gradient_step, self.device) if captured else None
-        self.replay = TransitionReplay(
-            spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step,
-            a.priority_alpha if a.prioritized else None,
-        )
-        self.rng = np.random.default_rng(seed)
 
-    # -- targets ------------------------------------------------------------------------------------
-    def observe(self, segment: Segment) -> None:
-        """n-step transitions of the segment (continuing the Executor's previous one) into the replay."""
-        self.replay.observe(segment)
+    @classmethod
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> Transitions:
+        """Every Executor's n-step transitions in one replay (Ape-X's layout), prioritized or not."""
+        return Transitions(cfg.algo, spec, seed)
 
     # -- loss -------------------------------------------------------------------------------------
     def q_values(self, model, obs):
@@ -240,31 +252,25 @@ class DQN(Algorithm):
         return per_sample.mean(), td.detach(), q.detach().mean()
 
     # -- update -----------------------------------------------------------------------------------
-    def update(self, progress: float) -> dict[str, float]:
-        """The gradient steps owed by the env steps observed since the last update."""
+    def learn(self, handout: Handout, progress: float) -> dict[str, float]:
+        """One gradient step per replay batch handed out (a target update every ``target_period``)."""
         import torch
 
-        steps = self.replay.due()
-        if steps == 0:  # nothing owed, or no complete n-step transition yet
-            return {}
         stats = []
-        beta = self.algo.priority_beta + progress * (1.0 - self.algo.priority_beta)
-        for _ in range(steps):
+        for batch in handout.batches:
             self.updates += 1
             target_turn = self.updates % self.algo.target_period == 0
-            batch, rows = self.replay.sample(self.algo.batch_size, self.rng, beta)
             if self.graph is not None:
                 out = self.graph(batch, target_turn)
             else:
                 out = self.gradient_step({k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}, target_turn)
-            if self.replay.priorities is not None:
-                self.replay.update_priorities(rows, out[3:].cpu().numpy())
+            if handout.prioritize is not None:
+                handout.prioritize(out[3:].cpu().numpy())
             stats.append(out[:3])
+        if not stats:  # nothing due, or no complete n-step transition yet
+            return {}
         loss, q, grad_norm = torch.stack(stats).mean(0).tolist()  # one device read for the whole call
-        return {
-            "loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr, "nonfinite_steps": self.finite.skipped,
-            "epsilon": epsilon(self.algo, self.replay.env_steps), "replay": len(self.replay),
-        }
+        return {"loss": loss, "q": q, "grad_norm": grad_norm, "lr": self.algo.lr, "nonfinite_steps": self.finite.skipped}
 
     def gradient_step(self, batch: dict, target_turn: bool):
         """One Adam step on a replay batch ({field: tensor [B, ...]} on the device) and, on a target
@@ -298,18 +304,14 @@ class DQN(Algorithm):
             "main": to_cpu(self.main.state_dict()),
             "target": to_cpu(self.target.state_dict()),
             "optimizer": to_cpu(self.optimizer.state_dict()),
-            "replay": self.replay.state_dict(),
             "updates": self.updates,
-            "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.main.load_state_dict(state["main"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.replay.load_state_dict(state["replay"])
         self.updates = int(state["updates"])
-        self.rng.bit_generator.state = state["rng"]
         if self.graph is not None:  # the optimizer's state tensors were replaced: capture anew
             self.graph = CapturedStep(self.gradient_step, self.device)
 

@@ -4,12 +4,15 @@
   environments; Discrete actions sampled from softmax(logits), Box actions a = mean + std * eps,
   eps ~ N(0, I) (stored raw; the vector env clips them to the bounds). log pi(a|s) and V(s) are
   recorded for the update. Greedy acting takes the most likely action or the mean.
-* Targets (Learner, per segment): GAE(gamma, lambda) per environment over T steps
-  (``mlxe.ops.returns.gae``): a terminated step does not bootstrap, a truncated one bootstraps
-  V(final observation). With ``icm`` on, the curiosity module's intrinsic reward is added first.
-* Batches: the segments since the last update as rows [N] for a feed-forward network, or as
-  sequences [T, S] starting from their stored states for a recurrent one (``algo.burn_in`` steps
-  only refresh the state, as R2D2's burn-in).
+* Memorizer (:class:`~mlxe.memory.segments.IterationSegments`): the iteration's segments, handed
+  out once.
+* Targets (Learner, per segment, with the weights it trains from): GAE(gamma, lambda) per
+  environment over T steps (``mlxe.ops.returns.gae``): a terminated step does not bootstrap, a
+  truncated one bootstraps V(final observation). With ``icm`` on, the curiosity module's intrinsic
+  reward is added first.
+* Batches: the segments as rows [N] for a feed-forward network, or as sequences [T, S] starting
+  from their stored states for a recurrent one (``algo.burn_in`` steps only refresh the state, as
+  R2D2's burn-in).
 * Update: ``passes()`` epochs of shuffled minibatches; each step takes the gradient of the member's
   ``loss``, clips its norm to ``max_grad_norm`` and steps the optimizer (skipping non-finite ones).
 
@@ -34,7 +37,8 @@ from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.numpy_losses import numpy_backprop
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import AlgoConfig, ConfigError
-from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.core import Algorithm, Field, Handout, Segment, State
+from mlxe.memory.segments import IterationSegments
 from mlxe.models.actor_critic import NetSpec, acting_network, share_flat
 from mlxe.ops.returns import gae
 from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical
@@ -207,7 +211,7 @@ def mean_terms(steps: list[dict], device) -> dict[str, float]:
 
 
 class OnPolicy(Algorithm):
-    """Batches the segments observed since the last update and trains on them in minibatch steps.
+    """Trains on the segments its Memorizer hands out, in minibatch steps.
 
     The model and optimizer live on ``cfg.device``; segments arrive and weights leave as NumPy
     arrays. A member defines ``loss`` (and ``Config``, ``make_optimizer``; optionally ``passes``,
@@ -240,7 +244,6 @@ class OnPolicy(Algorithm):
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.rng = np.random.default_rng(seed)
         self.epochs, self.minibatch = self.passes()
-        self.observed: list[dict[str, np.ndarray]] = []  # training rows of the segments since the last update
         self.curiosity = IntrinsicReward(cfg.icm, spec, self.device) if cfg.icm.enabled else None
 
     # -- what a member changes -------------------------------------------------------------------
@@ -267,10 +270,12 @@ class OnPolicy(Algorithm):
         the whole minibatch's."""
         return mb
 
-    # -- targets ------------------------------------------------------------------------------------
-    def observe(self, segment: Segment) -> None:
-        self.observed.append(self.targets(segment))
+    @classmethod
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> IterationSegments:
+        """The iteration's segments, handed out once (their targets read this Learner's networks)."""
+        return IterationSegments()
 
+    # -- targets ------------------------------------------------------------------------------------
     def targets(self, segment: Segment) -> dict[str, np.ndarray]:
         """A segment's training data (:meth:`rows`) with its GAE advantages and returns."""
         s = segment.steps
@@ -333,11 +338,15 @@ class OnPolicy(Algorithm):
         return (tuple(map(flatten, policy)) if isinstance(policy, tuple) else flatten(policy)), flatten(value)
 
     # -- update -----------------------------------------------------------------------------------
-    def update(self, progress: float) -> dict[str, float]:
-        """``epochs`` passes of minibatch steps over the rows observed since the last update."""
-        if not self.observed:
-            return {}
-        batch = self.gather()
+    def learn(self, handout: Handout, progress: float) -> dict[str, float]:
+        """The segments handed out (one batch: the iteration's) with their targets, learned from."""
+        info: dict[str, float] = {}
+        for segments in handout.batches:
+            info = self.update(self.gather([self.targets(segment) for segment in segments]), progress)
+        return info
+
+    def update(self, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
+        """``epochs`` passes of minibatch steps over ``batch``."""
         lr = self.lr(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -361,9 +370,8 @@ class OnPolicy(Algorithm):
         info = mean_terms(steps, self.device) | {"lr": lr, "nonfinite_steps": self.finite.skipped}
         return info if self.curiosity is None else info | self.curiosity.metrics()
 
-    def gather(self) -> dict[str, np.ndarray]:
-        """The observed segments' data as one batch: rows concatenated, or sequences side by side."""
-        observed, self.observed = self.observed, []
+    def gather(self, observed: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Segments' training data as one batch: rows concatenated, or sequences side by side."""
         if not self.spec.recurrent:
             return {k: np.concatenate([rows[k] for rows in observed]) for k in observed[0]}
         lengths = {len(rows["action"]) for rows in observed}
@@ -449,16 +457,20 @@ class OnPolicy(Algorithm):
         terms = self.backprop.gradient(self.backprop.batch(batch), progress)
         return self.flat.grad.cpu().numpy().copy(), {k: float(v) for k, v in terms.items()}
 
-    def worker_gradients(self, weights: np.ndarray, workers: int) -> tuple[np.ndarray, dict[str, float]] | None:
-        """A worker's gradient [P] of the loss on its fresh segment, at ``weights`` [P] (those that
-        played it), clipped to ``max_grad_norm``; None before it has observed one. Its loss is
-        read at progress 0 (the parameter server's members anneal only their learning rate)."""
+    def worker_gradients(
+        self, memorizer: IterationSegments, weights: np.ndarray, workers: int
+    ) -> tuple[np.ndarray, dict[str, float]] | None:
+        """A worker's gradient [P] of the loss on its fresh segments, at ``weights`` [P] (those that
+        played them: their targets too), clipped to ``max_grad_norm``; None before it has stored one.
+        Its loss is read at progress 0 (the parameter server's members anneal only their learning rate)."""
         import torch
 
-        if not self.observed:
+        segments = next(iter(memorizer.handout(0.0).batches), None)
+        if segments is None:
             return None
         self.adopt(weights)
-        batch = {k: torch.as_tensor(v, device=self.device) for k, v in self.gather().items()}
+        data = self.gather([self.targets(segment) for segment in segments])
+        batch = {k: torch.as_tensor(v, device=self.device) for k, v in data.items()}
         loss, terms = self.loss(batch, 0.0)
         self.flat.grad.zero_()
         loss.backward()

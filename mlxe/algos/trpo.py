@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mlxe.algos.on_policy import OnPolicy
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.ops.distributions import kl_divergence, log_prob_entropy
@@ -118,13 +120,11 @@ class TRPO(OnPolicy):
                 p.copy_(vector[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
 
-    def update(self, progress: float) -> dict[str, float]:
-        """One trust-region policy step and the value function's fit on the batch observed since the last update."""
+    def update(self, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
+        """One trust-region policy step and the value function's fit on ``batch``."""
         import torch
 
-        if not self.observed:
-            return {}
-        batch = {k: torch.as_tensor(v, device=self.device) for k, v in self.gather().items()}
+        batch = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
         info = self.policy_step(batch)
         info["value_loss"] = self.fit_value(batch)
         self.updates += 1

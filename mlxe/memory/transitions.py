@@ -1,4 +1,4 @@
-"""Segments to n-step transitions in one replay, and the gradient steps they make due.
+"""The off-policy Memorizer: segments to n-step transitions in one replay, and the batches they make due.
 
 The off-policy algorithms (DQN, DDPG, TD3, SAC) learn from single transitions drawn from a replay
 that every Executor feeds (Ape-X's layout: many actors, one replay, one learner). Each Executor's
@@ -11,9 +11,11 @@ The update-to-data ratio is the run's, not an Executor's: every env step observe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from mlxe.core import Segment
+from mlxe.core import Handout, Memorizer, Segment
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.replay import ReplayMemory
 from mlxe.ops.returns import nstep_window
@@ -62,30 +64,36 @@ def flush(tail: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.nda
     return transitions
 
 
-class TransitionReplay:
-    """n-step transitions of every Executor's segments in one ring buffer of ``capacity`` rows,
-    sampled uniformly or by proportional priority (``priority_alpha``), and the gradient steps owed.
+class TransitionReplay(Memorizer):
+    """n-step transitions of every Executor's segments in one ring buffer of ``capacity`` rows, handed
+    out as batches of ``batch_size`` drawn uniformly or by proportional priority (``priority_alpha``,
+    with the importance exponent annealed from ``priority_beta`` to 1 over the step budget), as many
+    as the env steps added make due.
 
-    ``n_step``, ``gamma``: the returns; ``learning_starts``: env steps observed before any gradient
-    step is due; ``updates_per_step``: gradient steps per env step after that (may be fractional).
+    ``n_step``, ``gamma``: the returns; ``learning_starts``: env steps added before any batch is due;
+    ``updates_per_step``: batches per env step after that (may be fractional); ``seed``: the
+    sampling's RNG.
     """
 
     def __init__(
         self, spec, capacity: int, n_step: int, gamma: float, learning_starts: int, updates_per_step: float,
-        priority_alpha: float | None = None,
+        batch_size: int, seed: int, priority_alpha: float | None = None, priority_beta: float = 1.0,
     ) -> None:
         self.memory = ReplayMemory(capacity, transition_layout(spec))
         self.priorities = ProportionalPriorities(capacity, priority_alpha) if priority_alpha is not None else None
         self.n_step, self.gamma = n_step, gamma
         self.learning_starts, self.updates_per_step = learning_starts, updates_per_step
+        self.batch_size, self.priority_beta = batch_size, priority_beta
+        self.rng = np.random.default_rng(seed)
         self.tails: dict[int, dict[str, np.ndarray]] = {}  # per Executor: steps whose n-step return waits
-        self.env_steps = 0  # observed
-        self.owed = 0.0  # gradient steps due (fractional)
+        self.env_steps = 0  # added
+        self.owed = 0.0  # batches due (fractional)
+        self.rows = np.zeros(0, np.int64)  # of the batch last drawn
 
     def __len__(self) -> int:
         return len(self.memory)
 
-    def observe(self, segment: Segment) -> None:
+    def add(self, segment: Segment) -> None:
         """The segment's complete n-step transitions (continuing the Executor's previous segment) into
         the replay; its env steps make gradient steps due."""
         s = segment.steps
@@ -121,18 +129,34 @@ class TransitionReplay:
         self.owed -= steps
         return steps
 
-    def sample(self, batch_size: int, rng: np.random.Generator, beta: float = 1.0) -> tuple[dict, np.ndarray]:
+    def handout(self, progress: float) -> Handout:
+        """The batches due now, drawn one at a time as the Learner takes them (with prioritized
+        replay, each after the previous one's new priorities)."""
+        steps = self.due()
+        beta = self.priority_beta + progress * (1.0 - self.priority_beta)
+        prioritize = None if self.priorities is None else self.prioritize
+        return Handout(self.draw(steps, beta), prioritize=prioritize)
+
+    def draw(self, count: int, beta: float) -> Iterator[dict[str, np.ndarray]]:
+        for _ in range(count):
+            batch, self.rows = self.sample(self.batch_size, beta)
+            yield batch
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> tuple[dict, np.ndarray]:
         """A batch of ``batch_size`` transitions drawn with replacement ({field: [B, ...]}, with
         ``weight`` [B] under prioritized replay, ``beta`` its importance exponent), and their rows."""
         if self.priorities is not None:
-            rows, weight = self.priorities.sample(batch_size, len(self.memory), beta, rng)
+            rows, weight = self.priorities.sample(batch_size, len(self.memory), beta, self.rng)
             return self.memory.gather(rows) | {"weight": weight}, rows
-        rows = rng.integers(len(self.memory), size=batch_size)
+        rows = self.rng.integers(len(self.memory), size=batch_size)
         return self.memory.gather(rows), rows
 
-    def update_priorities(self, rows: np.ndarray, td_error: np.ndarray) -> None:
-        if self.priorities is not None:
-            self.priorities.update(rows, td_error)
+    def prioritize(self, td_error: np.ndarray) -> None:
+        """The new priorities of the batch last drawn, from its TD errors [B]."""
+        self.priorities.update(self.rows, td_error)
+
+    def metrics(self) -> dict[str, float]:
+        return {"replay": len(self.memory)}
 
     def state_dict(self) -> dict:
         return {
@@ -141,9 +165,12 @@ class TransitionReplay:
             "tails": {str(i): tail for i, tail in self.tails.items()},
             "env_steps": self.env_steps,
             "owed": self.owed,
+            "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if "replay" in state:  # a format-5 checkpoint's Learner state: the replay beside its sampling RNG
+            state = state["replay"] | {"rng": state["rng"]}
         self.memory.load_state_dict(state["memory"])
         if self.priorities is not None and state["priorities"]:
             self.priorities.load_state_dict(state["priorities"])
@@ -152,3 +179,4 @@ class TransitionReplay:
         self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
         self.env_steps = int(state["env_steps"])
         self.owed = float(state["owed"])
+        self.rng.bit_generator.state = state["rng"]

@@ -18,20 +18,21 @@ from typing import Any
 import numpy as np
 
 from mlxe.config import Config
-from mlxe.core import Algorithm, Segment
+from mlxe.core import Segment
 from mlxe.policies.mapping import PolicyPlan
 
 POLL_S = 0.5  # seconds between liveness checks while waiting for a policy process
 
 
-def _build(cfg: Config, spec, seed: int) -> Algorithm:
-    from mlxe.algos import for_config
+def _build(cfg: Config, spec, seed: int):
+    """A policy's Learner: its Algorithm and Memorizer, in this process."""
+    from mlxe.runtime.learner import build_learner
 
-    return for_config(cfg)(cfg, spec, seed)
+    return build_learner(cfg, spec, seed)
 
 
 class InProcess:
-    """The policies' Algorithms in this process (``sequential``)."""
+    """The policies' Learners in this process (``sequential``)."""
 
     def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config) -> None:
         self.learners = {p.name: _build(p.cfg, p.spec, s) for p, s in zip(plans, seeds)}

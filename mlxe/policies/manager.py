@@ -1,12 +1,12 @@
-"""The policy manager: one Algorithm per learned policy of a multi-agent run, behind the one
+"""The policy manager: one Learner per learned policy of a multi-agent run, behind the one
 Algorithm contract (MARO's policy manager).
 
 The runtime sees a single Algorithm and a single Policy. :class:`JointPolicy` acts for every row
 of an Executor's vector env by asking each policy for its own rows (rule policies included);
-:class:`PolicyManager` cuts each segment into one segment per learned policy (its rows, its
-observations' length, its recorded fields) for that policy's Algorithm, which learns where
-``learner.placement`` puts it (:mod:`mlxe.policies.hosts`), and publishes their weights
-concatenated in plan order. Recorded fields and recurrent states travel
+:class:`PolicyManager` cuts each segment it is handed into one segment per learned policy (its
+rows, its observations' length, its recorded fields) for that policy's Learner (its Algorithm and
+Memorizer), which learns where ``learner.placement`` puts it (:mod:`mlxe.policies.hosts`), and
+publishes their weights concatenated in plan order. Recorded fields and recurrent states travel
 under ``<policy>/<name>`` so that policies of different algorithms never collide.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 
 from mlxe import algos
 from mlxe.config import Config
-from mlxe.core import Algorithm, Field, Segment, State
+from mlxe.core import Algorithm, Field, Handout, Segment, State
+from mlxe.memory.segments import IterationSegments
 from mlxe.policies.hosts import PLACEMENTS
 from mlxe.policies.mapping import PolicyPlan, cached_plans
 from mlxe.policies.rule import RulePolicy
@@ -147,9 +148,10 @@ class PolicyManager(Algorithm):
     def weights_size(cls, cfg: Config, spec) -> int:
         return sum(_algorithm(p).weights_size(p.cfg, p.spec) for p in _learned(cached_plans(cfg)[0]))
 
-    def observe(self, segment: Segment) -> None:
-        for plan in self.plans:
-            self.hosts.observe(plan.name, self.part(segment, plan))
+    @classmethod
+    def make_memorizer(cls, cfg: Config, spec, seed: int, learner=None) -> IterationSegments:
+        """The iteration's joint segments: each policy's Learner has a Memorizer of its own."""
+        return IterationSegments()
 
     def part(self, segment: Segment, plan: PolicyPlan) -> Segment:
         """Policy ``plan``'s rows of ``segment``, as a segment of its own."""
@@ -171,7 +173,12 @@ class PolicyManager(Algorithm):
             final_state=None if final_state is None else {k: v[keep] for k, v in final_state.items()},
         )
 
-    def update(self, progress: float) -> dict[str, float]:
+    def learn(self, handout: Handout, progress: float) -> dict[str, float]:
+        """Each policy's rows of the segments handed out to its Learner, then every policy's update."""
+        for segments in handout.batches:
+            for segment in segments:
+                for plan in self.plans:
+                    self.hosts.observe(plan.name, self.part(segment, plan))
         metrics: dict[str, float] = {}
         for name, own in self.hosts.update(progress).items():
             metrics.update({f"{name}/{k}": v for k, v in own.items()})

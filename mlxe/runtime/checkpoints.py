@@ -28,8 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 5  # the layout version written; 5 added ``run`` (the identity of the run that wrote it)
-READABLE = (4, 5)  # the versions loaded; a format 4 checkpoint is compared by its weight count only
+# the layout version written: 5 added ``run`` (the identity of the run that wrote it), 6 the
+# Memorizer's state apart from the Learner's (``memorizer``)
+FORMAT = 6
+READABLE = (4, 5, 6)  # the versions loaded; a format 4 checkpoint is compared by its weight count only
 _ROTATED = re.compile(r"iter-(\d+)\.pt")
 
 

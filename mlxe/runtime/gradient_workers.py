@@ -43,20 +43,17 @@ REAP_S = 2.0  # how long a gloo error waits for a worker process to be seen ende
 STOP, GRADIENT = 0, 1  # the commands a gloo worker receives
 
 
-def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
-    """The run's Algorithm (``cfg``'s), with its gradient workers started where
-    ``learner.gradient_workers`` asks for more than the Learner."""
-    from mlxe.algos import for_config
-
-    learner = for_config(cfg)(cfg, spec, seed)
+def start_gradient_workers(cfg: Config, spec: NetSpec, seed: int) -> GradientWorkers | None:
+    """The Learner's gradient workers where ``learner.gradient_workers`` asks for more than the
+    Learner (None otherwise), on ``learner.gradient_engine``."""
     k = cfg.learner.gradient_workers
-    if k > 1:
-        engine = cfg.learner.gradient_engine
-        if engine == "auto":
-            engine = "ray" if cfg.backend == "ray" else "gloo"
-        workers = RayWorkers if engine == "ray" else GlooWorkers
-        learner.gradient_workers = workers(cfg, spec, seed, k - 1)
-    return learner
+    if k <= 1:
+        return None
+    engine = cfg.learner.gradient_engine
+    if engine == "auto":
+        engine = "ray" if cfg.backend == "ray" else "gloo"
+    workers = RayWorkers if engine == "ray" else GlooWorkers
+    return workers(cfg, spec, seed, k - 1)
 
 
 def _worker_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:

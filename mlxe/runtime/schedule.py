@@ -1,10 +1,11 @@
 """The one schedule: every algorithm in every architecture, locally and on Ray.
 
 Each iteration the Executors play with their algorithm's Policy; the coordinating process hands
-their segments to the Algorithm (``observe``, in executor order), lets it learn (``update``) and
-publishes its new weights. What a segment becomes (an on-policy batch, rows of a replay, an
-episode's window) and how many gradient steps an iteration makes are the algorithm's business; the
-schedule sees neither a loss nor an optimizer. Which rollouts make an iteration is the
+their segments to the Learner (``observe``, in executor order: its Memorizer takes them), lets it
+learn (``update``) and publishes its new weights. What a segment becomes (an on-policy batch, rows
+of a replay, an episode's window) is the Memorizer's business and how many gradient steps an
+iteration makes the Memorizer's and the Algorithm's; the schedule sees neither a loss nor an
+optimizer. Which rollouts make an iteration is the
 :class:`~mlxe.runtime.collect.Collector`'s rule, chosen by ``arch`` (and on Ray by ``ray.mode``):
 
 * IS / ISTB (synchronous): an Executor starts its next segment once the new weights are published,
@@ -20,7 +21,8 @@ schedule sees neither a loss nor an optimizer. Which rollouts make an iteration 
 The schedule (:func:`train`) is written once against a small transport, :class:`Rollouts`:
 :class:`LocalRollouts` (shared memory and a process or thread pool, here) or
 :class:`~mlxe.runtime.ray.rollouts.RayRollouts` (Ray actors and the object store, ``backend: ray``).
-The Algorithm is built by a factory the caller may pass: in this process by default, or
+The Learner (:class:`~mlxe.runtime.learner.Learner`: the Algorithm with its Memorizer) is built by a
+factory the caller may pass: in this process by default, or
 :class:`~mlxe.runtime.ray.learner.RemoteLearner` (an actor of its own, ``ray.learner_num_gpus``).
 """
 
@@ -41,7 +43,7 @@ from mlxe.envs.remote import active_hub
 from mlxe.models.actor_critic import NetSpec, net_spec
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.gradient_workers import build_learner
+from mlxe.runtime.learner import Learner, build_learner
 from mlxe.runtime.rollout import make_vector_env, rollout_loop
 from mlxe.runtime.setup import Seeds, context, replacement_seed
 from mlxe.runtime.status import ExecutorStatus, StatusFile
@@ -57,9 +59,9 @@ POLL_S = 0.2  # how often a waiting coordinator looks at its pool
 # checkpoint waits for no hung environment.
 STOP_GRACE_S = 5.0
 
-# Builds the Algorithm from (cfg, spec, seed): what the schedule calls observe, update, weights,
-# updates, state_dict and load_state_dict on.
-LearnerFactory = Callable[[Config, NetSpec, int], Algorithm]
+# Builds the Learner from (cfg, spec, seed): what the schedule calls observe, update, weights,
+# updates, state_dict and load_state_dict on (a :class:`Learner` or a stand-in for one elsewhere).
+LearnerFactory = Callable[[Config, NetSpec, int], Learner]
 
 # What an Executor's request brings back: its segment, the episodes that ended in it, and the
 # filter statistics of its data (None without filters).
@@ -316,8 +318,8 @@ def train(
     make_learner: LearnerFactory | None = None,
 ) -> str:
     """The schedule over ``rollouts`` until a stop condition; returns the stop reason. The run-wide
-    filters and the evaluation live in this process, and the Algorithm ``make_learner`` builds
-    (default: ``cfg.algo.name``'s, in this process too)."""
+    filters and the evaluation live in this process, and the Learner ``make_learner`` builds
+    (default: ``cfg.algo.name``'s Algorithm and its Memorizer, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
     algorithm = algos.for_config(cfg)
     filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
@@ -330,12 +332,12 @@ def train(
 
 def _schedule(
     cfg: Config, trainer: Trainer, spec: NetSpec, seeds: Seeds, rollouts: Rollouts, algorithm: type[Algorithm],
-    learner: Algorithm, filters: Filters,
+    learner: Learner, filters: Filters,
 ) -> str:
     """The loop of :func:`train` with its ``learner`` built: collect, observe, update, publish."""
     restored = trainer.restored
     if restored is not None:
-        learner.load_state_dict(restored["learner"])
+        learner.load_state_dict(restored)
         filters.load_state_dict(restored.get("filters") or {})
     rule, settings = collection_rule(cfg)
     collector = Collector(rollouts, rule, algorithm.iteration == "episode", filters.state_dict, trainer.stopping, **settings)
@@ -361,7 +363,7 @@ def _schedule(
     def roles() -> dict:
         collector.drain()
         return {
-            "learner": learner.state_dict(),
+            **learner.state_dict(),  # the Learner's and the Memorizer's
             "weights": learner.weights(),  # what the policy acts with: `mlxe eval` needs nothing else
             "executors": rollouts.states(),
             "filters": filters.state_dict(),

@@ -7,7 +7,8 @@ import torch
 
 from mlxe import algos
 from mlxe.config import ConfigError, load_config
-from tests.algos.test_ppo import SPEC, batch
+from mlxe.memory.segments import IterationSegments
+from tests.algos.test_ppo import SPEC, batch, segment
 
 DA3C = "configs/pendulum_da3c.yaml"
 
@@ -19,24 +20,30 @@ def learner(*overrides: str, seed: int = 0):
 
 def test_a_worker_owes_no_gradient_before_its_segment():
     worker = learner()
-    assert worker.worker_gradients(worker.weights(), workers=2) is None
+    assert worker.worker_gradients(IterationSegments(), worker.weights(), workers=2) is None
 
 
 def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     worker, reference = learner(seed=0), learner(seed=1)
-    rows = batch(reference)
+    rows = batch(reference, n=8)
+    played = segment({"obs": rows["obs"].reshape(4, 2, 4), "action": rows["action"].reshape(4, 2),
+                      "reward": rows["ret"].reshape(4, 2), "terminated": np.zeros((4, 2), bool),
+                      "truncated": np.zeros((4, 2), bool), "logp": rows["logp"].reshape(4, 2),
+                      "value": rows["value"].reshape(4, 2)})
     weights = reference.weights()  # the weights the segment was played with: not the worker's own
-    worker.observed.append(rows)
-    grad, info = worker.worker_gradients(weights, workers=2)
-    loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in rows.items()}, 0.0)
+    memorizer = IterationSegments()
+    memorizer.add(played)
+    grad, info = worker.worker_gradients(memorizer, weights, workers=2)
+    # the reference computes the targets and the loss at those weights, as the worker must
+    data = reference.gather([reference.targets(played)])
+    loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in data.items()}, 0.0)
     reference.flat.grad.zero_()
     loss.backward()
     expected = reference.flat.grad.numpy()
     scale = min(1.0, reference.algo.max_grad_norm / (np.linalg.norm(expected) + 1e-6))  # clipped as the worker's
     np.testing.assert_allclose(grad, expected * scale, rtol=1e-4, atol=1e-6)
     assert info["loss"] == pytest.approx(loss.item(), rel=1e-5) and set(info) >= {"value_loss", "grad_norm"}
-    assert worker.observed == []  # the segment is used once
-    assert worker.worker_gradients(weights, workers=2) is None
+    assert worker.worker_gradients(memorizer, weights, workers=2) is None  # the segment is used once
 
 
 def test_the_server_applies_a_gradient_with_its_optimizer():

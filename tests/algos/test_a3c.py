@@ -1,4 +1,5 @@
-"""Tests for the study's A3C (mlxe.algos.a3c): targets, policy, observe, loss, update, checkpoints."""
+"""Tests for the study's A3C (mlxe.algos.a3c) with its Memorizer (mlxe.memory.episodes): targets,
+policy, storing episodes, loss, update, checkpoints."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy, EpisodeWindow, episode_targets
+from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.config import ConfigError, load_config
 from mlxe.core import Segment
+from mlxe.memory.episodes import EpisodeWindow, episode_targets
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from tests.learners import Pair
+from tests.learners import pair as in_process
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
 
@@ -34,8 +38,12 @@ def config(*overrides: str):
     return load_config("configs/cartpole_a3c.yaml", [*PLAIN, *overrides])
 
 
-def learner(*overrides: str, seed: int = 0) -> A3C:
-    return A3C(config(*overrides), SPEC, seed)
+def pair(cfg, spec: NetSpec, seed: int) -> Pair:
+    return in_process(A3C, cfg, spec, seed)
+
+
+def learner(*overrides: str, seed: int = 0) -> Pair:
+    return pair(config(*overrides), SPEC, seed)
 
 
 def make_batch(seed: int, n: int = 6) -> dict[str, np.ndarray]:
@@ -117,14 +125,14 @@ def segment(
     )
 
 
-def stored(a3c: A3C) -> dict[str, np.ndarray]:
+def stored(a3c: Pair) -> dict[str, np.ndarray]:
     """The replay's rows in insertion order (the tests never wrap the ring)."""
     n = len(a3c.replay)
     assert a3c.replay.memory.size == a3c.replay.memory.pos == n
     return {k: v[:n].copy() for k, v in a3c.replay.memory.data.items()}
 
 
-def windows(a3c: A3C) -> list[dict[str, np.ndarray]]:
+def windows(a3c: Pair) -> list[dict[str, np.ndarray]]:
     """The stored episode windows, in insertion order (split at the ``last`` flags)."""
     rows = stored(a3c)
     ends = np.flatnonzero(rows["last"]) + 1
@@ -217,21 +225,21 @@ def test_learning_rate_schedule():
     assert lrn.learning_rate(100_000) == 1e-6
 
 
-def test_updates_per_iteration():
+def test_batches_due():
     lrn = learner()  # batch 128, min_updates 0
-    assert lrn.updates_per_iteration(0) == 0
-    assert lrn.updates_per_iteration(1) == 1
-    assert lrn.updates_per_iteration(127) == 1
-    assert lrn.updates_per_iteration(128) == 2
-    assert lrn.updates_per_iteration(300) == 3
+    assert lrn.batches_due(0) == 0
+    assert lrn.batches_due(1) == 1
+    assert lrn.batches_due(127) == 1
+    assert lrn.batches_due(128) == 2
+    assert lrn.batches_due(300) == 3
 
 
-def test_updates_per_iteration_min_updates():
+def test_batches_due_min_updates():
     lrn = learner("algo.min_updates=5", "algo.batch_size=10")
-    assert lrn.updates_per_iteration(0) == 0
-    assert lrn.updates_per_iteration(3) == 5
-    assert lrn.updates_per_iteration(49) == 5
-    assert lrn.updates_per_iteration(50) == 6
+    assert lrn.batches_due(0) == 0
+    assert lrn.batches_due(3) == 5
+    assert lrn.batches_due(49) == 5
+    assert lrn.batches_due(50) == 6
 
 
 # --------------------------------------------------------------------------- loss
@@ -292,7 +300,7 @@ def test_value_term_trains_value_head():
 
 def test_decay_learning_rate_follows_the_episodes_stored():
     lrn = learner()
-    lrn.episodes = 10
+    lrn.algorithm.episodes = 10
     lrn.decay_learning_rate()
     for group in lrn.optimizer.param_groups:
         assert group["lr"] == pytest.approx(9.8017904335e-05, rel=1e-9)
@@ -550,8 +558,8 @@ def test_long_episode_over_several_segments_stores_only_its_last_steps():
         term = [(2, 0)] if k == 2 else []
         lrn.observe(segment(ids[rows], nxt[k], terminated=term, final_ids={(2, 0): 13}))
         if k < 2:
-            assert len(lrn.replay) == 0 and lrn.episodes == 0
-    assert lrn.episodes == 1
+            assert len(lrn.replay) == 0 and lrn.stored_episodes == 0
+    assert lrn.stored_episodes == 1
     (w,) = windows(lrn)
     # the stored window is steps 5..12, in order
     np.testing.assert_array_equal(w["obs"][:, 0], np.arange(5, 13))
@@ -632,7 +640,7 @@ def test_restarted_segment_drops_only_its_executors_episodes():
     # executor 1 goes on: its episode continues from its previous segment
     lrn.observe(segment([[203], [204]], [0], executor=1, terminated=[(1, 0)]))
     assert [ids_of(w) for w in windows(lrn)] == [[300, 301], [310, 311], [200, 201, 202, 203, 204]]
-    assert lrn.episodes == 3 and len(lrn.replay) == 9
+    assert lrn.stored_episodes == 3 and len(lrn.replay) == 9
 
 
 def test_episodes_and_replay_grow_with_the_finished_episodes():
@@ -642,13 +650,13 @@ def test_episodes_and_replay_grow_with_the_finished_episodes():
     env0 = [0, 1, 2, 10, 11, 12, 13, 20, 21, 22]
     env1 = list(range(100, 110))
     lrn.observe(segment(np.array([env0, env1]).T, [23, 0], terminated=[(2, 0), (9, 1)], truncated=[(6, 0)]))
-    assert lrn.episodes == 3
+    assert lrn.stored_episodes == 3
     assert len(lrn.replay) == 3 + 4 + 4  # the 10-step episode keeps its last 4 steps
     assert [ids_of(w) for w in windows(lrn)] == [[0, 1, 2], [10, 11, 12, 13], [106, 107, 108, 109]]
     assert [w["done"][-1] for w in windows(lrn)] == [1.0, 0.0, 1.0]
     # env 0's third episode ends in the next segment: 6 steps, the last 4 stored
     lrn.observe(segment([[23, 0], [24, 1], [25, 2]], [0, 3], terminated=[(2, 0)]))
-    assert lrn.episodes == 4 and len(lrn.replay) == 15
+    assert lrn.stored_episodes == 4 and len(lrn.replay) == 15
     assert ids_of(windows(lrn)[-1]) == [22, 23, 24, 25]
     # env 1's episode in progress (ids 0..2) is not counted
     assert set(lrn.windows) == {(0, 1)} and lrn.windows[(0, 1)].length == 3
@@ -657,10 +665,10 @@ def test_episodes_and_replay_grow_with_the_finished_episodes():
 def test_a_parameter_server_worker_owes_its_share_of_the_mmuf_rule_after_each_episode():
     worker = learner("algo.batch_size=4", "memory.keep_last_steps=16", "algo.min_updates=5")
     weights = worker.weights()
-    assert worker.worker_gradients(weights, workers=2) is None  # nothing observed yet: go and play
+    assert worker.worker_gradients(worker.memorizer, weights, workers=2) is None  # nothing observed yet: go and play
     worker.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
     # max(min_updates 5, 2 workers x 11 rows // 4 + 1 = 6) = 6 run-wide, 3 for this worker
-    owed = [worker.worker_gradients(weights, workers=2) for _ in range(4)]
+    owed = [worker.worker_gradients(worker.memorizer, weights, workers=2) for _ in range(4)]
     assert all(g is not None for g in owed[:3]) and owed[3] is None
     grad, info = owed[0]
     assert grad.shape == weights.shape and grad.dtype == np.float32 and set(info) == set(LOSS_STATS)
@@ -691,7 +699,7 @@ LSTM_SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), core="lstm", core_size
 
 
 def test_recurrent_policy_records_the_state_each_step_is_played_from():
-    lrn = A3C(config("model.core=lstm"), LSTM_SPEC, 0)
+    lrn = pair(config("model.core=lstm"), LSTM_SPEC, 0)
     pol = A3C.make_policy(config("model.core=lstm"), LSTM_SPEC, 0)
     pol.load(lrn.weights())
     state = pol.initial_state(2)
@@ -730,7 +738,7 @@ def sequence_batch(seed: int, length: int = 5, sequences: int = 3) -> dict[str, 
 
 
 def test_recurrent_loss_is_over_the_valid_steps_from_the_stored_states():
-    lrn = A3C(config("model.core=lstm"), LSTM_SPEC, 1)
+    lrn = pair(config("model.core=lstm"), LSTM_SPEC, 1)
     batch = sequence_batch(0)
     loss = lrn.loss(batch)[0].item()
     changed = {k: v.copy() for k, v in batch.items()}
@@ -752,7 +760,7 @@ def test_recurrent_loss_is_over_the_valid_steps_from_the_stored_states():
 
 
 def test_recurrent_burn_in_refreshes_the_state_without_loss():
-    lrn = A3C(config("model.core=lstm", "algo.burn_in=2"), LSTM_SPEC, 1)
+    lrn = pair(config("model.core=lstm", "algo.burn_in=2"), LSTM_SPEC, 1)
     batch = sequence_batch(1)
     batch["mask"][:] = True
     with torch.no_grad():  # the burned-in state, then the plain loss of the remaining 3 steps
@@ -760,12 +768,12 @@ def test_recurrent_burn_in_refreshes_the_state_without_loss():
         state = lrn.main.sequence(torch.from_numpy(batch["obs"][:2]), state, torch.zeros(2, 3, dtype=torch.bool))[2]
     rest = {k: v if k.startswith("state.") else v[2:] for k, v in batch.items()}
     rest.update({f"state.{k}": v.numpy() for k, v in state.items()})
-    plain = A3C(config("model.core=lstm"), LSTM_SPEC, 1)
+    plain = pair(config("model.core=lstm"), LSTM_SPEC, 1)
     assert lrn.loss(batch)[0].item() == pytest.approx(plain.loss(rest)[0].item(), rel=1e-5)
 
 
 def test_recurrent_learner_trains_on_replayed_sequences():
-    lrn = A3C(config("model.core=lstm", "algo.min_updates=3", "algo.sequence_length=4"), LSTM_SPEC, 0)
+    lrn = pair(config("model.core=lstm", "algo.min_updates=3", "algo.sequence_length=4"), LSTM_SPEC, 0)
     rng = np.random.default_rng(0)
     n = 7
     steps = {
@@ -779,7 +787,7 @@ def test_recurrent_learner_trains_on_replayed_sequences():
     }
     window = EpisodeWindow(16, LSTM_SPEC)
     window.extend(steps)
-    lrn.finish(window, failed=False, last_obs=steps["next_obs"][-1], version=1)
+    lrn.memorizer.finish(window, failed=False, version=1)
     np.testing.assert_array_equal(lrn.replay.memory.data["state.h"][:n], steps["state.h"])
     before = lrn.weights()
     info = lrn.update(0.0)

@@ -18,6 +18,7 @@ from mlxe.core import Segment
 from mlxe.exploration import GaussianNoise, OrnsteinUhlenbeckNoise, UniformNoise
 from mlxe.models.actor_critic import NetSpec
 from mlxe.models.off_policy import NumpyActor
+from tests.learners import pair
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16, 16), policy_head=(), value_head=(),
                action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
@@ -30,7 +31,7 @@ def cfg(algo: str, *overrides: str):
 
 
 def learner(algo: str, *overrides: str, seed: int = 0):
-    return CLASSES[algo](cfg(algo, *overrides), SPEC, seed)
+    return pair(CLASSES[algo], cfg(algo, *overrides), SPEC, seed)
 
 
 def batch(seed: int = 0, n: int = 8) -> dict:
@@ -202,9 +203,9 @@ def test_state_dict_resumes_the_same_run(algo):
 @pytest.mark.parametrize("algo", ["ddpg", "sac"])
 def test_policy_acts_with_the_actors_weights_within_the_bounds(algo):
     lrn = learner(algo, "algo.learning_starts=0")
-    policy = type(lrn).make_policy(cfg(algo, "algo.learning_starts=0"), SPEC, 0)
+    policy = CLASSES[algo].make_policy(cfg(algo, "algo.learning_starts=0"), SPEC, 0)
     policy.load(lrn.weights())
-    assert len(lrn.weights()) == type(lrn).weights_size(cfg(algo), SPEC)
+    assert len(lrn.weights()) == CLASSES[algo].weights_size(cfg(algo), SPEC)
     obs = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     greedy, _, _ = policy.act(obs, policy.initial_state(5), greedy=True)
     with torch.no_grad():

@@ -51,9 +51,8 @@ def a3c_step(learner: A3C, batch: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def learn(learner, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
-    """An on-policy Learner's update on training rows (as ``observe`` makes them from segments)."""
-    learner.observed.append(batch)
-    return learner.update(progress)
+    """An on-policy Learner's update on training rows (as its targets make them from segments)."""
+    return learner.update(batch, progress)
 
 
 def on_policy_batch(spec: NetSpec, n: int = 256, seed: int = 0) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.transitions import nstep_transitions
 from mlxe.models.actor_critic import NetSpec
 from mlxe.ops.returns import nstep_window
+from tests.learners import pair
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
 
@@ -73,7 +74,7 @@ def test_transitions_carry_over_segments_as_if_they_were_one():
                     np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3), np.float32))
     second = Segment(0, 0, {k: v[4:] for k, v in whole.steps.items()}, whole.next_obs,
                      whole.final_t - 4, whole.final_env, whole.final_obs)
-    a, b = DQN(cfg("algo.n_step=3"), SPEC, 0), DQN(cfg("algo.n_step=3"), SPEC, 0)
+    a, b = pair(DQN, cfg("algo.n_step=3"), SPEC, 0), pair(DQN, cfg("algo.n_step=3"), SPEC, 0)
     a.observe(whole)
     b.observe(first)
     assert len(b.replay) < 8  # starts whose 3 steps run past the first segment wait
@@ -111,7 +112,7 @@ def test_dueling_aggregation_numpy_and_torch():
     adv = np.array([[1.0, 3.0], [0.0, -2.0]], np.float32)
     value = np.array([10.0, 5.0], np.float32)
     np.testing.assert_allclose(dueling_numpy(adv, value), [[9.0, 11.0], [6.0, 4.0]])
-    learner = DQN(cfg(), SPEC, 0)
+    learner = pair(DQN, cfg(), SPEC, 0)
     obs = torch.randn(5, 3)
     head, v = learner.main(obs)
     np.testing.assert_allclose(learner.q_values(learner.main, obs).detach().numpy(),
@@ -120,7 +121,7 @@ def test_dueling_aggregation_numpy_and_torch():
 
 @pytest.mark.parametrize("double", [True, False])
 def test_target_by_hand(double):
-    learner = DQN(cfg(f"algo.double={str(double).lower()}", "algo.dueling=false"), SPEC, 0)
+    learner = pair(DQN, cfg(f"algo.double={str(double).lower()}", "algo.dueling=false"), SPEC, 0)
     with torch.no_grad():  # a target network different from the online one
         for p in learner.target.parameters():
             p.add_(0.3)
@@ -140,7 +141,7 @@ def test_target_by_hand(double):
 
 
 def test_importance_weights_scale_each_sample():
-    learner = DQN(cfg(), SPEC, 0)
+    learner = pair(DQN, cfg(), SPEC, 0)
     batch = {"obs": torch.randn(4, 3), "action": torch.tensor([0, 1, 0, 1]), "ret": torch.randn(4),
              "next_obs": torch.randn(4, 3), "discount": torch.full((4,), 0.9)}
     plain, td, _ = learner.loss(batch)
@@ -164,7 +165,7 @@ def test_epsilon_schedule_is_linear_in_run_wide_steps():
 def test_epsilon_greedy_and_reversed_epsilon_greedy_frequencies():
     algo = cfg("algo.epsilon_start=0.3", "algo.epsilon_end=0.3").algo
     policy = QPolicy(SPEC, algo, seed=0)
-    learner = DQN(cfg(), SPEC, 0)
+    learner = pair(DQN, cfg(), SPEC, 0)
     policy.load(learner.weights())
     obs = np.zeros((20000, 3), np.float32)  # one state: a single greedy action
     best = np.argmax(policy.q_values(obs[:1]))
@@ -195,7 +196,7 @@ def test_box_actions_are_a_clear_error():
 
 
 def test_update_to_data_ratio_is_per_env_step_whatever_the_executors():
-    learner = DQN(cfg("algo.learning_starts=40", "algo.updates_per_step=0.25", "algo.batch_size=8", "algo.n_step=1"),
+    learner = pair(DQN, cfg("algo.learning_starts=40", "algo.updates_per_step=0.25", "algo.batch_size=8", "algo.n_step=1"),
                   SPEC, 0)
     learner.observe(segment(32, E=1))
     assert learner.update(0.0) == {} and learner.updates == 0  # 32 steps < learning_starts
@@ -215,7 +216,7 @@ def test_update_to_data_ratio_is_per_env_step_whatever_the_executors():
 
 
 def test_target_network_copies_every_period_or_moves_by_polyak():
-    learner = DQN(cfg("algo.learning_starts=0", "algo.updates_per_step=1", "algo.target_period=4",
+    learner = pair(DQN, cfg("algo.learning_starts=0", "algo.updates_per_step=1", "algo.target_period=4",
                       "algo.batch_size=8"), SPEC, 0)
     learner.observe(segment(3))
     learner.update(0.0)
@@ -223,7 +224,7 @@ def test_target_network_copies_every_period_or_moves_by_polyak():
     learner.observe(segment(1, start=3.0))
     learner.update(0.0)  # the 4th step copies
     assert all(torch.equal(a, b) for a, b in zip(learner.main.parameters(), learner.target.parameters()))
-    polyak = DQN(cfg("algo.learning_starts=0", "algo.updates_per_step=1", "algo.target_period=1", "algo.tau=0.1",
+    polyak = pair(DQN, cfg("algo.learning_starts=0", "algo.updates_per_step=1", "algo.target_period=1", "algo.tau=0.1",
                      "algo.batch_size=8"), SPEC, 0)
     before = [p.detach().clone() for p in polyak.target.parameters()]
     polyak.observe(segment(1))
@@ -233,7 +234,7 @@ def test_target_network_copies_every_period_or_moves_by_polyak():
 
 
 def test_a_learning_step_lowers_the_loss_on_a_fixed_batch():
-    learner = DQN(cfg("algo.lr=1e-2"), SPEC, 0)
+    learner = pair(DQN, cfg("algo.lr=1e-2"), SPEC, 0)
     rng = np.random.default_rng(0)
     batch = {"obs": torch.as_tensor(rng.standard_normal((64, 3)), dtype=torch.float32),
              "action": torch.as_tensor(rng.integers(0, 2, 64)), "ret": torch.ones(64),
@@ -260,7 +261,7 @@ def test_prioritized_sampling_follows_the_priorities_and_weights_correct_it():
 
 
 def test_prioritized_updates_set_each_trained_row_to_its_td_error():
-    learner = DQN(cfg("algo.prioritized=true", "algo.learning_starts=0", "algo.updates_per_step=0.125",
+    learner = pair(DQN, cfg("algo.prioritized=true", "algo.learning_starts=0", "algo.updates_per_step=0.125",
                       "algo.batch_size=8", "algo.priority_alpha=1.0", "algo.n_step=1"), SPEC, 0)
     learner.observe(segment(16))
     assert (learner.replay.priorities.scaled[:16] == 1.0).all()
@@ -271,10 +272,10 @@ def test_prioritized_updates_set_each_trained_row_to_its_td_error():
 def test_state_dict_resumes_the_same_run():
     overrides = ("algo.learning_starts=8", "algo.updates_per_step=0.5", "algo.batch_size=8", "algo.n_step=3",
                  "algo.prioritized=true")
-    a = DQN(cfg(*overrides), SPEC, 0)
+    a = pair(DQN, cfg(*overrides), SPEC, 0)
     a.observe(segment(10, E=2))
     a.update(0.1)
-    b = DQN(cfg(*overrides), SPEC, 1)
+    b = pair(DQN, cfg(*overrides), SPEC, 1)
     b.load_state_dict(copy.deepcopy(a.state_dict()))
     assert b.replay.tails.keys() == a.replay.tails.keys() and len(b.replay) == len(a.replay)
     for learner in (a, b):
@@ -296,7 +297,7 @@ def test_config_checks():
 def test_a_restarted_executor_cuts_the_waiting_starts_instead_of_joining_episodes():
     """After a resume or an actor replacement the environments start afresh: the starts still waiting
     on the old segment become returns truncated at its end, never joined onto the new episodes."""
-    learner = DQN(cfg("algo.n_step=3", "algo.gamma=0.5"), SPEC, 0)
+    learner = pair(DQN, cfg("algo.n_step=3", "algo.gamma=0.5"), SPEC, 0)
     learner.observe(segment(4))
     assert len(learner.replay) == 2 and 0 in learner.replay.tails  # steps 2 and 3 wait for their third step
     fresh = segment(4, start=100.0)
@@ -311,7 +312,7 @@ def test_a_restarted_executor_cuts_the_waiting_starts_instead_of_joining_episode
 
 
 def test_no_update_before_a_transition_is_complete():
-    learner = DQN(cfg("algo.n_step=5", "algo.learning_starts=0", "algo.updates_per_step=1"), SPEC, 0)
+    learner = pair(DQN, cfg("algo.n_step=5", "algo.learning_starts=0", "algo.updates_per_step=1"), SPEC, 0)
     learner.observe(segment(3))  # no start has its 5 steps yet, and no episode ended
     assert len(learner.replay) == 0 and learner.update(0.0) == {} and learner.updates == 0
     learner.observe(segment(3, start=3.0))
@@ -319,9 +320,9 @@ def test_no_update_before_a_transition_is_complete():
 
 
 def test_prioritized_replay_switched_on_at_a_resume_starts_every_row_at_the_top():
-    a = DQN(cfg("algo.learning_starts=0", "algo.batch_size=8"), SPEC, 0)
+    a = pair(DQN, cfg("algo.learning_starts=0", "algo.batch_size=8"), SPEC, 0)
     a.observe(segment(16))
-    b = DQN(cfg("algo.learning_starts=0", "algo.batch_size=8", "algo.prioritized=true"), SPEC, 0)
+    b = pair(DQN, cfg("algo.learning_starts=0", "algo.batch_size=8", "algo.prioritized=true"), SPEC, 0)
     b.load_state_dict(copy.deepcopy(a.state_dict()))
     assert len(b.replay) == 14 and (b.replay.priorities.scaled[:14] == 1.0).all()  # 3-step: the last 2 starts wait
     b.observe(segment(4, start=16.0))

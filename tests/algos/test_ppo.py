@@ -21,9 +21,8 @@ def cfg(*overrides, algo="ppo"):
 
 
 def learn(learner, rows, progress):
-    """The Learner's update on training rows (as ``observe`` makes them from segments)."""
-    learner.observed.append(rows)
-    return learner.update(progress)
+    """The Learner's update on training rows (as its targets make them from segments)."""
+    return learner.update(rows, progress)
 
 
 def segment(steps, next_obs=None):

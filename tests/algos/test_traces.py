@@ -80,7 +80,8 @@ def fingerprint(vector: np.ndarray) -> list[float]:
 
 def trace(tmp_path: Path, name: str) -> dict:
     """Run ``name``'s config and read its trace: each update's numeric metrics and the final weights'
-    fingerprints (those the Executors act with, and each tensor of the Learner's model)."""
+    fingerprints (those the Executors act with, each tensor of the Learner's state, and of the
+    Memorizer's under ``memorizer.``)."""
     config, overrides, *_ = RUNS[name]
     cfg = mlxe.load_config(config, [f"run.dir={tmp_path}", *QUIET, *overrides])
     result = mlxe.train(cfg)
@@ -94,7 +95,7 @@ def trace(tmp_path: Path, name: str) -> dict:
         "updates": result.summary["updates"],
         "metrics": columns,
         "weights": fingerprint(state["weights"].numpy()),
-        "learner": dict(float_arrays(state["learner"])),
+        "learner": dict(float_arrays(state["learner"])) | dict(float_arrays(state["memorizer"], "memorizer.")),
     }
 
 

@@ -129,9 +129,7 @@ def test_sequence_minibatches_reproduce_the_acting_log_probabilities(tmp_path, b
     ppo = PPO(cfg, spec, 0)
     segments = [executor.rollout()[0] for _ in range(2)]
     ppo.flat.data.copy_(torch.as_tensor(executor.local))  # the Learner's weights are those that acted
-    for segment in segments:
-        ppo.observe(segment)
-    batch = ppo.gather()
+    batch = ppo.gather([ppo.targets(segment) for segment in segments])
     assert batch["obs"].shape == (24, 8, 4) and batch["state.h"].shape == (8, 16) and batch["resets"].shape == (24, 8)
     data = {k: torch.as_tensor(v) for k, v in batch.items()}
     index = torch.as_tensor([5, 0])  # 48 // 24 = 2 whole sequences per minibatch

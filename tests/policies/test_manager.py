@@ -7,6 +7,7 @@ from mlxe.config import load_config
 from mlxe.core import Segment
 from mlxe.policies.manager import PolicyManager
 from mlxe.runtime.setup import problem_spec
+from tests.learners import pair
 
 UNEVEN = ["env.id=tests.policies.envs:uneven", "env.api=pettingzoo", "algo.name=ppo", "model.trunk=[]",
           "model.policy_head=[8]", "model.value_head=[8]"]
@@ -52,7 +53,7 @@ def test_weights_are_the_policies_weights_in_order():
     obs = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
     _, fields, _ = policy.act(obs, None, greedy=True)
     plan = manager.plans[1]
-    alone = manager.hosts.learners["b"].make_policy(plan.cfg, plan.spec, seed=2)
+    alone = type(manager.hosts.learners["b"].algorithm).make_policy(plan.cfg, plan.spec, seed=2)
     alone.load(b)
     _, own, _ = alone.act(obs[[1, 3], :5], None, greedy=True)
     np.testing.assert_allclose(fields["b/value"][[1, 3]], own["value"], rtol=1e-6)
@@ -85,7 +86,7 @@ def test_a_segment_is_cut_into_each_policys_part():
 
 def test_update_reports_each_policy_and_the_checkpoint_restores_every_one():
     cfg, spec = uneven("policies={a: {}, b: {}}", "rollout.steps=4", "algo.batch_size=4")
-    manager = PolicyManager(cfg, spec, seed=0)
+    manager = pair(PolicyManager, cfg, spec, seed=0)
     from mlxe.runtime.rollout import RolloutExecutor
     from mlxe.runtime.transport.weights import SharedWeights
 
@@ -97,7 +98,7 @@ def test_update_reports_each_policy_and_the_checkpoint_restores_every_one():
     manager.observe(segment)
     metrics = manager.update(0.0)
     assert {"a/loss", "b/loss", "a/lr", "b/lr"} <= set(metrics) and manager.updates > 0
-    fresh = PolicyManager(cfg, spec, seed=1)
+    fresh = pair(PolicyManager, cfg, spec, seed=1)
     fresh.load_state_dict(manager.state_dict())
     np.testing.assert_array_equal(fresh.weights(), manager.weights())
     assert fresh.updates == manager.updates

@@ -42,7 +42,7 @@ def test_resume_continues_counters_and_reloads_weights(make_config):
     assert again.summary["episodes"] == first.summary["episodes"]
     for k, v in before["learner"]["main"].items():
         assert np.array_equal(v.numpy(), after["learner"]["main"][k].numpy()), k
-    assert len(after["learner"]["replay"]["memory"]["data"]["obs"]) == len(before["learner"]["replay"]["memory"]["data"]["obs"])
+    assert len(after["memorizer"]["replay"]["memory"]["data"]["obs"]) == len(before["memorizer"]["replay"]["memory"]["data"]["obs"])
     # A larger budget continues the counters and the metrics file.
     more = mlxe.train(overrides=["stop.max_episodes=40"], resume=first.run_dir)
     assert more.summary["episodes"] >= 40

@@ -208,11 +208,11 @@ def test_a_format_4_checkpoint_has_no_algorithm_and_is_compared_by_its_weight_co
         load_checkpoint(last, expect={"algorithm": "ppo", "weights": 131})
 
 
-@pytest.mark.parametrize("version", [3, 6])
+@pytest.mark.parametrize("version", [3, 7])
 def test_a_checkpoint_of_another_format_names_the_version_found_and_those_read(tmp_path, version):
     path = tmp_path / "c.pt"
     write_checksummed(path, {"format": version, **state_of(1)})
-    with pytest.raises(CheckpointError, match=rf"^{path}: checkpoint format {version}; this MLxE reads formats 4, 5$"):
+    with pytest.raises(CheckpointError, match=rf"^{path}: checkpoint format {version}; this MLxE reads formats 4, 5, 6$"):
         load_checkpoint(path)
 
 

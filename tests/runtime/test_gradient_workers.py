@@ -13,7 +13,7 @@ import pytest
 import mlxe
 from mlxe.config import ConfigError, load_config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.gradient_workers import build_learner
+from mlxe.runtime.learner import build_learner
 from mlxe.runtime.transport.workers import WorkerFailed
 
 SPEC = NetSpec(obs_shape=4, n_actions=2, trunk=(32,), policy_head=(16,), value_head=(16,), activation="tanh")
@@ -39,8 +39,7 @@ def rows(n=384, seed=0):
 def update(config, progress=0.3):
     learner = build_learner(config, SPEC, seed=3)
     try:
-        learner.observed.append(rows())
-        info = learner.update(progress)
+        info = learner.algorithm.update(rows(), progress)
         return learner.weights(), info, learner.updates
     finally:
         learner.close()
@@ -75,8 +74,7 @@ def test_a_recurrent_network_splits_whole_sequences():
     def run(*overrides):
         learner = build_learner(cfg("algo.batch_size=24", "model.core=gru", "model.core_size=8", *overrides), spec, seed=3)
         try:
-            learner.observed.append({k: v.copy() for k, v in data.items()})
-            learner.update(0.0)
+            learner.algorithm.update({k: v.copy() for k, v in data.items()}, 0.0)
             return learner.weights()
         finally:
             learner.close()

@@ -8,14 +8,15 @@ import pytest
 
 import mlxe
 from mlxe import algos
-from mlxe.algos.a3c import EpisodeWindow
 from mlxe.algos.dqn import DQN
 from mlxe.config import ConfigError
+from mlxe.memory.episodes import EpisodeWindow
 from mlxe.models.actor_critic import build_torch, flat_weights
 from mlxe.runtime.rollout import RolloutExecutor, rollout_loop
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import ProcessPool
+from tests.learners import pair
 
 CATCH = "tests.envs.catch:Catch"
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
@@ -67,7 +68,7 @@ def test_replays_store_images_as_bytes(tmp_path):
     cfg = catch_config(tmp_path, "dqn", "envs_per_executor=2", "rollout.steps=20", "algo.learning_starts=0")
     spec = problem_spec(cfg)
     segment, _, _ = executor(cfg).rollout()
-    dqn = DQN(cfg, spec, 0)
+    dqn = pair(DQN, cfg, spec, 0)
     dqn.observe(segment)
     assert dqn.replay.memory.data["obs"].dtype == np.uint8 and dqn.replay.memory.data["next_obs"].dtype == np.uint8
     assert len(dqn.replay) > 0 and dqn.replay.memory.data["obs"][: len(dqn.replay)].max() == 255

@@ -50,6 +50,6 @@ def test_exploration_schedule_is_carried_in_checkpoints(make_config):
 def test_prioritized_memory_state_is_checkpointed(make_config):
     cfg = make_config("stop.max_episodes=8", "memory.sampler=prioritized")
     result = mlxe.train(cfg)
-    pri = load_checkpoint(result.run_dir)["learner"]["replay"]["priorities"]
-    stored = len(load_checkpoint(result.run_dir)["learner"]["replay"]["memory"]["data"]["obs"])
+    pri = load_checkpoint(result.run_dir)["memorizer"]["replay"]["priorities"]
+    stored = len(load_checkpoint(result.run_dir)["memorizer"]["replay"]["memory"]["data"]["obs"])
     assert len(np.asarray(pri["ages"])) == stored and np.asarray(pri["ages"]).max() >= 1

@@ -166,8 +166,8 @@ def test_dqn_keeps_its_update_to_data_ratio_and_resumes_with_its_replay(tmp_path
     ratio = cfg.algo.updates_per_step
     assert first.summary["env_steps"] == 1024 and first.summary["updates"] == int((1024 - 256) * ratio)
     state = load_checkpoint(first.run_dir)
-    assert 1000 <= int(state["learner"]["replay"]["memory"]["size"]) <= 1024  # the n-step tails wait in the Learner
-    assert set(state["learner"]["replay"]["tails"]) <= {"0", "1"}
+    assert 1000 <= int(state["memorizer"]["memory"]["size"]) <= 1024  # the n-step tails wait in the Memorizer
+    assert set(state["memorizer"]["tails"]) <= {"0", "1"}
     more = mlxe.train(overrides=["stop.max_env_steps=2048"], resume=first.run_dir)
     assert more.summary["env_steps"] == 2048 and more.summary["updates"] == int((2048 - 256) * ratio)
-    assert int(load_checkpoint(first.run_dir)["learner"]["replay"]["memory"]["size"]) > 2000
+    assert int(load_checkpoint(first.run_dir)["memorizer"]["memory"]["size"]) > 2000

@@ -92,10 +92,11 @@ class Actor:
 
 
 class GradientActor(Actor):
-    """An Executor of the parameter server: ``step`` plays an episode into its own algorithm (a
-    worker: its own replay and a model copy for the loss; the optimizer lives on the server) or
-    returns the next gradient that algorithm owes (``Algorithm.worker_gradients``), on a
-    :class:`~mlxe.runtime.rollout.RolloutExecutor` with one environment.
+    """An Executor of the parameter server: ``step`` plays an episode into its own Memorizer (a
+    worker: its own replay, and an algorithm whose model copy computes the loss; the optimizer lives
+    on the server) or returns the next gradient that algorithm owes on it
+    (``Algorithm.worker_gradients``), on a :class:`~mlxe.runtime.rollout.RolloutExecutor` with one
+    environment.
 
     ``executors`` is the run's Executor count (the workers share the run's updates); ``state`` a
     checkpointed :meth:`state_dict` or None.
@@ -107,7 +108,9 @@ class GradientActor(Actor):
         self.index, self.executors = index, executors
         self.weights, self.heartbeats = ObjectStoreWeights(), Heartbeats(executors)
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors, self.heartbeats)
-        self.algo = algos.for_config(cfg)(replace(cfg, executors=1), self.executor.spec, seed)
+        own = replace(cfg, executors=1)
+        self.algo = algos.for_config(cfg)(own, self.executor.spec, seed)
+        self.memorizer = type(self.algo).make_memorizer(own, self.executor.spec, seed, self.algo)
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
             self.load_state_dict(state)
@@ -116,31 +119,36 @@ class GradientActor(Actor):
         """The next piece of work with weights ``version``. A segment algorithm (RELAAX's DA3C) plays
         a fresh segment and returns its gradient at the weights that played it, with the episodes
         that ended. The study's A3C returns a gradient while its worker owes one, else an episode
-        (without its steps, which its algorithm keeps)."""
+        (without its steps, which its Memorizer keeps)."""
         self.weights.offer(version, box)
         self.executor.pull_weights(None)
         if self.algo.iteration == "segment":
             # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
             segment, episodes, _ = self.executor.rollout()
-            self.algo.observe(segment)
-            grad, info = self.algo.worker_gradients(self.executor.local, self.executors)
+            self.memorizer.add(segment)
+            grad, info = self.algo.worker_gradients(self.memorizer, self.executor.local, self.executors)
             return Gradient(self.index, self.executor.version, grad, info, episodes)
-        owed = self.algo.worker_gradients(self.executor.local, self.executors)
+        owed = self.algo.worker_gradients(self.memorizer, self.executor.local, self.executors)
         if owed is not None:
             grad, info = owed
             return Gradient(self.index, self.executor.version, grad, info)
         episodes: list[Episode] = []
         while not episodes:  # one episode, with the newest weights offered at its start
             segment, episodes, _ = self.executor.rollout()
-            self.algo.observe(segment)
+            self.memorizer.add(segment)
         return episodes[0]
 
     def state_dict(self) -> dict:
-        return {"executor": self.executor.state_dict(), "algorithm": self.algo.state_dict()}
+        return {
+            "executor": self.executor.state_dict(), "algorithm": self.algo.state_dict(),
+            "memorizer": self.memorizer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.executor.load_state_dict(state["executor"])
         self.algo.load_state_dict(state["algorithm"])
+        # a format-5 checkpoint kept a worker's replay in its algorithm's state
+        self.memorizer.load_state_dict(state.get("memorizer", state["algorithm"]))
 
 
 class RolloutActor(Actor):

@@ -26,7 +26,7 @@ import numpy as np
 from mlxe.config import Config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
-from mlxe.runtime.gradient_workers import build_learner
+from mlxe.runtime.learner import build_learner
 from mlxe.runtime.ray.actors import Actor
 from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
 from mlxe.runtime.ray.pool import writable

@@ -1,7 +1,7 @@
 """Regenerate the checkpoints of tests/data/checkpoints: one small run of each algorithm, kept as a
 run directory of its config.yaml and checkpoints/last.pt. Run from the repository root:
 
-    .venv/bin/python tests/data/checkpoints/generate.py [NAME ...]
+    .venv/bin/python tests/data/checkpoints/generate.py [NAME ...]   # default: the current format's folders
 
 Only for a new checkpoint format (keep the old folders: later releases must still read them) or a new
 algorithm; tests/runtime/test_checkpoint_compat.py loads every folder here.
@@ -37,6 +37,8 @@ RUNS = {
     # continuous A2C with a reward filter, trained by Ray's asynchronous gradients (the ray/gradients layout)
     "da3c": ("configs/pendulum_da3c.yaml", ["executors=1", "stop.max_env_steps=1"]),
 }
+# format 6 (the Memorizer's state apart): the study's replay, the transition replay, the on-policy batcher
+RUNS |= {f"{name}-format6": RUNS[name] for name in ("a3c", "dqn", "ppo")}
 
 
 def generate(name: str) -> None:
@@ -51,6 +53,6 @@ def generate(name: str) -> None:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or RUNS:
+    for name in sys.argv[1:] or [name for name in RUNS if name.endswith("-format6")]:
         generate(name)
         print(name, (HERE / name / "checkpoints" / "last.pt").stat().st_size, "bytes")

@@ -1,0 +1,79 @@
+"""The Learner role as the schedule drives it: the run's Algorithm and its Memorizer in one process.
+
+``observe`` hands a segment to the Memorizer; ``update`` has the Algorithm learn from the
+Memorizer's handout, then refreshes the Memorizer with the weights it will publish (what the next
+segments' bootstrap values and the replay's next re-weighting read). This is the MLxE study's IS
+placement, "one process used subsequently for combined Memorization and Learning", and the one
+every architecture uses today; the Learner itself runs in the coordinating process, a Ray actor
+(:mod:`mlxe.runtime.ray.learner`) or a multi-agent policy host (:mod:`mlxe.policies.hosts`).
+
+A checkpoint keeps the two roles apart: the Algorithm's state under ``learner``, the Memorizer's
+under ``memorizer``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.config import Config
+from mlxe.core import Algorithm, Memorizer, Segment
+from mlxe.models.actor_critic import NetSpec
+
+
+class Learner:
+    """``algorithm`` learning from what ``memorizer`` hands out, in this process."""
+
+    def __init__(self, algorithm: Algorithm, memorizer: Memorizer) -> None:
+        self.algorithm, self.memorizer = algorithm, memorizer
+        memorizer.refresh(algorithm.weights())
+
+    @property
+    def updates(self) -> int:
+        """Gradient steps so far."""
+        return self.algorithm.updates
+
+    @property
+    def device(self):
+        return self.algorithm.device
+
+    def observe(self, segment: Segment) -> None:
+        self.memorizer.add(segment)
+
+    def update(self, progress: float) -> dict[str, float]:
+        """Learn from the Memorizer's handout at ``progress`` in [0, 1] of the step budget; the
+        Algorithm's metrics with the Memorizer's, {} where no gradient step was due."""
+        info = self.algorithm.learn(self.memorizer.handout(progress), progress)
+        self.memorizer.refresh(self.algorithm.weights())
+        return info | self.memorizer.metrics() if info else info
+
+    def weights(self) -> np.ndarray:
+        return self.algorithm.weights()
+
+    def state_dict(self) -> dict:
+        """The two roles' states, as the checkpoint holds them."""
+        return {"learner": self.algorithm.state_dict(), "memorizer": self.memorizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (a checkpoint's roles). A format-5 checkpoint kept the
+        Memorizer's state inside the Learner's, and a multi-agent one each policy's Algorithm state
+        alone."""
+        if "learner" not in state:
+            state = {"learner": state}
+        self.algorithm.load_state_dict(state["learner"])
+        self.memorizer.load_state_dict(state.get("memorizer", state["learner"]))
+        self.memorizer.refresh(self.algorithm.weights())
+
+    def close(self) -> None:
+        self.algorithm.close()
+
+
+def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
+    """The run's Learner: ``cfg``'s Algorithm (with its gradient workers started where
+    ``learner.gradient_workers`` asks for more than the Learner) and the Memorizer it needs, in this
+    process."""
+    from mlxe.algos import for_config
+    from mlxe.runtime.gradient_workers import start_gradient_workers
+
+    algorithm = for_config(cfg)(cfg, spec, seed)
+    algorithm.gradient_workers = start_gradient_workers(cfg, spec, seed)
+    return Learner(algorithm, type(algorithm).make_memorizer(cfg, spec, seed, algorithm))
