@@ -393,9 +393,10 @@ class PolicyConfig:
 
 @dataclass
 class LearnerConfig:
-    """Where a multi-agent run's policies learn: one after another in the Learner's process
-    (``sequential``), in parallel in a process each (``processes``), or in a Ray actor each (``ray``,
-    with ``backend: ray``: MARO's remote policy hosts)."""
+    """Where the Learner's work runs. A multi-agent run's policies: one after another in the
+    Learner's process (``sequential``), in parallel in a process each (``processes``), or in a Ray
+    actor each (``ray``, with ``backend: ray``: MARO's remote policy hosts); gradient workers; and
+    where the Memorizer runs."""
 
     placement: Literal["sequential", "processes", "ray"] = "sequential"
     # Data-parallel learning (MARO's grad workers): each minibatch's gradient computed by this many
@@ -406,6 +407,10 @@ class LearnerConfig:
     # backend); "ray": Ray actors anywhere in the cluster (backend: ray); "auto": ray with backend
     # ray, else gloo.
     gradient_engine: Literal["auto", "gloo", "ray"] = "auto"
+    # Where the Memorizer and the Learner run: "learner": the Memorizer in the Learner's process, one
+    # after the other (the study's IS); "process": each in a process of its own, the Learner learning
+    # continuously beside the Executors (the study's OA, with arch: oa).
+    memorizer: Literal["learner", "process"] = "learner"
 
 
 @dataclass
@@ -442,10 +447,11 @@ class Config:
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
-        while they play)."""
+        while they play, and the Memorizer's where it has a process of its own)."""
         if self.executors == "auto":
             cores = os.cpu_count() or 1
-            return max(1, cores - 1 if self.arch == "oa" else cores)
+            busy = (2 if self.learner.memorizer == "process" else 1) if self.arch == "oa" else 0
+            return max(1, cores - busy)
         return self.executors
 
     def for_policy(self, name: str) -> Config:
@@ -665,6 +671,7 @@ def _check_ranges(cfg: Config) -> None:
     _check_policies(cfg)
     _check_remote(cfg)
     _check_gradient_workers(cfg)
+    _check_memorizer_process(cfg)
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:
@@ -762,6 +769,28 @@ def _check_gradient_workers(cfg: Config) -> None:
         )
     if cfg.learner.gradient_engine == "ray" and cfg.backend != "ray":
         raise ConfigError("learner.gradient_engine: 'ray' puts the gradient workers in Ray actors; it needs backend: ray")
+
+
+def _check_memorizer_process(cfg: Config) -> None:
+    """``learner.memorizer: process`` is the study's OA on this machine: the Learner, in a process of
+    its own, reaches the Memorizer only through the weights it publishes and the handouts it asks for."""
+    if cfg.learner.memorizer != "process":
+        return
+    refused = [
+        (cfg.arch != "oa", f"arch: {cfg.arch!r} (the study's OA runs the Memorizer and the Learner beside the "
+                           "Executors; expected arch: oa)"),
+        (cfg.backend != "local", "backend: 'ray' (the role processes are local; expected backend: local)"),
+        (cfg.env.api == "pettingzoo", "env.api: 'pettingzoo' (each policy's Learner has its own Memorizer; "
+                                      "place them with learner.placement)"),
+        (cfg.learner.gradient_workers > 1, f"learner.gradient_workers: {cfg.learner.gradient_workers} (expected 1)"),
+        (cfg.icm.enabled and cfg.algo.name == "a3c", "icm.enabled (the A3C Memorizer stores the curiosity "
+                                                     "module's rewards, which live in the Learner)"),
+        (bool(getattr(cfg.algo, "prioritized", False)), "algo.prioritized: true (new priorities would come back "
+                                                       "from another process a handout late)"),
+    ]
+    for refuse, why in refused:
+        if refuse:
+            raise ConfigError(f"learner.memorizer: 'process' is not allowed with {why}; or set learner.memorizer: 'learner'")
 
 
 def _check_policies(cfg: Config) -> None:

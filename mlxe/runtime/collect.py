@@ -43,7 +43,8 @@ class Collector:
     ``episodic``: a unit is an episode; ``filters``: the run-wide filter statistics each request
     carries; ``stopping``: after Ctrl-C or SIGTERM, or at the wall-time limit, nobody waits for a
     unit to complete (the rollouts in flight are taken and the run stops). ``need``, ``extra_tries``, ``extra_timeout``: the relaxed
-    waiting of ``sync``; ``max_lag``: the staleness bound of ``async``.
+    waiting of ``sync``; ``max_lag``: the staleness bound of ``async``; ``before_ask``: called before
+    each request (a Learner that learns continuously publishes its newest weights there).
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class Collector:
         extra_tries: int = 0,
         extra_timeout: float = 0.5,
         max_lag: int | None = None,
+        before_ask: Callable[[], None] | None = None,
     ) -> None:
         self.rollouts, self.rule, self.episodic = rollouts, rule, episodic
+        self.before_ask = before_ask
         self.filters, self.stopping = filters, stopping
         self.n = n = rollouts.n
         self.need = min(need or n, n)
@@ -70,6 +73,8 @@ class Collector:
         self.ahead: list[list[Rollout]] = [[] for _ in range(n)]  # rollouts in before their iteration
 
     def _ask(self, i: int, steps: int | None = None) -> None:
+        if self.before_ask is not None:
+            self.before_ask()
         self.rollouts.ask(i, self.filters(), self.restart[i], steps)
         self.restart[i] = False
         self.outstanding[i] = True

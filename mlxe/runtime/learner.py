@@ -3,8 +3,9 @@
 ``observe`` hands a segment to the Memorizer; ``update`` has the Algorithm learn from the
 Memorizer's handout, then refreshes the Memorizer with the weights it will publish (what the next
 segments' bootstrap values and the replay's next re-weighting read). This is the MLxE study's IS
-placement, "one process used subsequently for combined Memorization and Learning", and the one
-every architecture uses today; the Learner itself runs in the coordinating process, a Ray actor
+placement, "one process used subsequently for combined Memorization and Learning", and the
+default of every architecture (``learner.memorizer: process`` puts each role in a process of its
+own: :mod:`mlxe.runtime.apart`). This Learner runs in the coordinating process, a Ray actor
 (:mod:`mlxe.runtime.ray.learner`) or a multi-agent policy host (:mod:`mlxe.policies.hosts`).
 
 A checkpoint keeps the two roles apart: the Algorithm's state under ``learner``, the Memorizer's
@@ -70,9 +71,15 @@ class Learner:
 def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
     """The run's Learner: ``cfg``'s Algorithm (with its gradient workers started where
     ``learner.gradient_workers`` asks for more than the Learner) and the Memorizer it needs, in this
-    process."""
+    process; with ``learner.memorizer: process``, each in a process of its own
+    (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA)."""
     from mlxe.algos import for_config
     from mlxe.runtime.gradient_workers import start_gradient_workers
+
+    if cfg.learner.memorizer == "process":
+        from mlxe.runtime.apart import ApartLearner
+
+        return ApartLearner(cfg, spec, seed)
 
     algorithm = for_config(cfg)(cfg, spec, seed)
     algorithm.gradient_workers = start_gradient_workers(cfg, spec, seed)

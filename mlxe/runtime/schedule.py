@@ -340,11 +340,24 @@ def _schedule(
         learner.load_state_dict(restored)
         filters.load_state_dict(restored.get("filters") or {})
     rule, settings = collection_rule(cfg)
-    collector = Collector(rollouts, rule, algorithm.iteration == "episode", filters.state_dict, trainer.stopping, **settings)
+    continuous = getattr(learner, "continuous", False)  # the study's OA: the Learner trains in a process of its own
     kept = 2 + settings.get("max_lag", 0)
     published: dict[int, np.ndarray] = {}  # the newest weight versions: what played the segments in
+    learner_version = [0]  # of a continuous Learner, the version published last
+
+    def publish_newest() -> None:
+        """An Executor asked to play takes the newest weights of a continuous Learner."""
+        if learner.version != learner_version[0]:
+            publish()
+
+    collector = Collector(
+        rollouts, rule, algorithm.iteration == "episode", filters.state_dict, trainer.stopping, **settings,
+        before_ask=publish_newest if continuous else None,
+    )
 
     def publish() -> None:
+        if continuous:
+            learner_version[0] = learner.version
         weights = learner.weights()
         if not np.isfinite(weights).all():  # what a skipped step cannot catch (a captured CUDA graph's)
             raise NonFiniteError(

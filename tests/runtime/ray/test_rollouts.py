@@ -125,9 +125,10 @@ def test_dqn_executors_feed_one_replay_on_ray_as_locally(config):
     local = mlxe.train(config("dqn", *budget))
     on_ray = mlxe.train(config("dqn", "backend=ray", *budget))
     assert_same_run(local, on_ray)
-    a, b = (load_checkpoint(r.run_dir)["learner"] for r in (local, on_ray))
-    assert int(a["replay"]["memory"]["size"]) == int(b["replay"]["memory"]["size"]) > 400  # both Executors' transitions
-    assert a["updates"] == b["updates"] == int((512 - 64) * config("dqn").algo.updates_per_step)
+    a, b = (load_checkpoint(r.run_dir) for r in (local, on_ray))
+    # both Executors' transitions in the one Memorizer
+    assert int(a["memorizer"]["memory"]["size"]) == int(b["memorizer"]["memory"]["size"]) > 400
+    assert a["learner"]["updates"] == b["learner"]["updates"] == int((512 - 64) * config("dqn").algo.updates_per_step)
 
 
 @pytest.mark.parametrize("algo", ["a2c", "pg"])
