@@ -130,7 +130,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     b = bench_parser("architectures", "ISTB vs IS vs IA vs OA to the 50,000-step goal")
     b.add_argument("--seeds", type=int, default=5)
-    b.add_argument("--archs", default="istb,is,ia,oa", help="comma-separated subset")
+    b.add_argument(
+        "--archs", default="istb,is,ia,oa",
+        help="comma-separated: istb, is, ia, oa, oa-apart (the study's OA: its own Memorizer and Learner processes); "
+        "the first is the baseline",
+    )
     b = bench_parser("ablations", "the A3C improvements one by one (IS), to the 50,000-step goal")
     b.add_argument("--seeds", type=int, default=5)
     b.add_argument("--only", default=None, help="semicolon-separated variant labels, e.g. 'baseline;+MMUF'")

@@ -36,8 +36,7 @@ def experience(cfg) -> dict[str, np.ndarray]:
     weights = SharedWeights(learner.weights().size)
     weights.publish(learner.weights())
     executor = RolloutExecutor(cfg, 0, weights, cfg.seed)
-    learner.observe(executor.rollout()[0])
-    return learner.observed[0]
+    return learner.targets(executor.rollout()[0])
 
 
 def _spec(cfg):
@@ -50,7 +49,7 @@ def _spec(cfg):
 
 def time_updates(cfg, rows: dict[str, np.ndarray], rounds: int) -> list[float]:
     """Seconds of each of ``rounds`` updates on ``rows`` by a Learner of ``cfg`` (after a warm-up one)."""
-    from mlxe.runtime.gradient_workers import build_learner
+    from mlxe.runtime.learner import build_learner
     from mlxe.runtime.threads import limit_threads
 
     limit_threads(cfg.torch_threads, torch=True)
@@ -60,9 +59,8 @@ def time_updates(cfg, rows: dict[str, np.ndarray], rounds: int) -> list[float]:
     try:
         for i in range(rounds + 1):
             learner.load_state_dict(start)  # every update from the same weights: the same work
-            learner.observed = [rows]
             began = time.perf_counter()
-            learner.update(0.0)
+            learner.algorithm.update(rows, 0.0)
             if i > 0:
                 times.append(time.perf_counter() - began)
     finally:

@@ -38,7 +38,7 @@ def bench_priorities(
     spec = problem_spec(cfg)
     executors = cfg.num_executors()
     algo = A3C(cfg, spec, seed=0)
-    memorizer = algo.replay
+    memorizer = A3C.make_memorizer(cfg, spec, 0, algo).replay
     rng = np.random.default_rng(0)
     capacity, n = memorizer.memory.capacity, cfg.memory.keep_last_steps
     for _ in range(capacity // n):  # whole episode windows, as Executors store them

@@ -59,9 +59,9 @@ def random_segment(spec, steps: int, rng: np.random.Generator, executor: int = 0
 
 def gradient_steps_per_second(cfg, spec, seconds: float, warmup_steps: int) -> float:
     """The rate of a fresh Learner of ``cfg`` over ``seconds`` of updates, after ``warmup_steps``."""
-    from mlxe.algos import for_config
+    from mlxe.runtime.learner import build_learner
 
-    learner = for_config(cfg)(cfg, spec, cfg.seed)
+    learner = build_learner(cfg, spec, cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     segment = max(1, math.ceil(STEPS_PER_UPDATE / cfg.algo.updates_per_step))
     learner.observe(random_segment(spec, max(cfg.algo.learning_starts, 1), rng))  # the uniform-action steps
