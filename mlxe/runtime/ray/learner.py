@@ -40,8 +40,8 @@ Snapshot = tuple[int, np.ndarray]
 
 
 class LearnerActor(Actor):
-    """``cfg.algo.name``'s Algorithm behind remote methods (a plain class: :class:`LearnerSlot`
-    makes it a Ray actor with the run's resource request)."""
+    """``cfg.algo.name``'s Learner (its Algorithm and Memorizer) behind remote methods (a plain
+    class: :class:`LearnerSlot` makes it a Ray actor with the run's resource request)."""
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
         limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
@@ -57,7 +57,7 @@ class LearnerActor(Actor):
         return self.learner.updates, self.learner.weights()
 
     def update(self, segments: list[Segment], progress: float) -> tuple[dict[str, float], int, np.ndarray]:
-        """Observe ``segments``, then update at ``progress`` in [0, 1]: (metrics, *snapshot)."""
+        """Hand ``segments`` to the Memorizer, then update at ``progress`` in [0, 1]: (metrics, *snapshot)."""
         for segment in segments:
             segment.steps = writable(segment.steps)  # torch wants to own what it wraps
             self.learner.observe(segment)
@@ -73,7 +73,7 @@ class LearnerActor(Actor):
 
 
 class RemoteLearner:
-    """Driver-side stand-in for the Algorithm in ``actor``: ``observe``, ``update``, ``weights``,
+    """Driver-side stand-in for the Learner in ``actor``: ``observe``, ``update``, ``weights``,
     ``updates``, ``state_dict``, ``load_state_dict``. Segments are held until ``update``, and the
     update count and weights are cached from the actor's last reply, so one call travels per
     iteration (and the checkpoint calls)."""
