@@ -181,7 +181,10 @@ class EpisodeMemory(Memorizer):
 
     def handout(self, progress: float) -> Handout:
         """The whole replay re-weighted, then the MMUF number of batches drawn from it, with the
-        episodes stored since the last handout."""
+        episodes stored since the last handout; nothing before a new episode is stored (the study's
+        iteration: a Learner apart would otherwise train the same replay over and over)."""
+        if not self.scores:
+            return Handout([])
         self.reweight(self.iterations)
         count = self.batches_due(len(self.replay))
         self.iterations += 1

@@ -348,11 +348,14 @@ def test_update_runs_the_mmuf_number_of_steps_and_reports_lr():
     lrn.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
     lrn.update(0.0)
     assert lrn.updates == 3
+    assert lrn.update(0.0) == {} and lrn.updates == 3  # no new episode: nothing handed out
     acting_before = lrn.acting.flat.copy()
+    # a second episode of 5 steps: 16 rows, 16 // 4 + 1 = 5 steps
+    lrn.observe(segment([[20 + i] for i in range(5)], [0], terminated=[(4, 0)]))
     info = lrn.update(0.0)
-    assert lrn.updates == 6 and lrn.iterations == 2 and lrn.version == 3
+    assert lrn.updates == 8 and lrn.iterations == 3 and lrn.version == 4
     assert set(info) == {*LOSS_STATS, "lr", "nonfinite_steps"} and info["nonfinite_steps"] == 0
-    assert info["lr"] == pytest.approx(1e-4 * 0.998)  # lr from the episodes stored so far (1)
+    assert info["lr"] == pytest.approx(1e-4 * 0.998**2)  # lr from the episodes stored so far (2)
     assert all(math.isfinite(v) for v in info.values())
     # and the Learner's bootstrap values now follow the newly published weights
     np.testing.assert_array_equal(lrn.acting.flat, lrn.weights())
@@ -367,6 +370,7 @@ def test_state_dict_round_trip_and_same_next_update():
     a = learner(*overrides, seed=0)
     a.observe(segment([[i, 100 + i] for i in range(9)], [0, 109], terminated=[(8, 0)], truncated=[(5, 1)]))
     a.update(0.0)
+    a.observe(segment([[200 + i] for i in range(3)], [0], executor=1, terminated=[(2, 0)]))
     a.update(0.0)
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
@@ -378,8 +382,8 @@ def test_state_dict_round_trip_and_same_next_update():
     b.load_state_dict(state)
     np.testing.assert_array_equal(b.weights(), a.weights())
     np.testing.assert_array_equal(b.acting.flat, a.weights())  # bootstrap values from the restored model
-    assert (b.updates, b.iterations, b.episodes) == (a.updates, a.iterations, a.episodes) == (2 * 4, 2, 2)
-    assert len(b.replay) == len(a.replay) == 9 + 6
+    assert (b.updates, b.iterations, b.episodes) == (a.updates, a.iterations, a.episodes) == (4 + 5, 2, 3)
+    assert len(b.replay) == len(a.replay) == 9 + 6 + 3
     sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
     assert sa["param_groups"] == sb["param_groups"]
     assert sa["state"].keys() == sb["state"].keys()
@@ -388,6 +392,8 @@ def test_state_dict_round_trip_and_same_next_update():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(sb["state"][k][name])), name
 
     # the same next iteration: same priorities, same batches (the replay's RNG travels), same steps
+    for pair in (a, b):
+        pair.observe(segment([[300 + i] for i in range(4)], [0], executor=1, terminated=[(3, 0)]))
     info_a, info_b = a.update(0.5), b.update(0.5)
     np.testing.assert_array_equal(b.weights(), a.weights())
     assert info_a == info_b
