@@ -8,7 +8,7 @@ becomes immediately available to Executors for initialization of the next Exampl
 * The **Memorizer process** adds the segments the coordinator forwards, refreshed first with the
   newest weights the Learner published (what bootstrap values and the replay's re-weighting read),
   and answers each request of the Learner with a handout drawn in its process. An empty handout
-  is not sent: the request waits for the next segment.
+  (nothing new since the last) is not sent: the request waits for the next segment.
 * The **Learner process** learns from one handout after another without waiting for the Executors,
   and publishes its weights after each into shared memory, its metrics onto a queue.
 * The **coordinator** (the schedule) runs the Executors and hands each the newest weights when it
