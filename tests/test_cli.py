@@ -120,6 +120,6 @@ def test_a_file_that_is_not_an_mlxe_checkpoint_is_a_one_line_error(tmp_path, cap
     torch.save({"format": -1}, run_dir / "checkpoints" / "last.pt")
     assert main(["eval", str(run_dir)]) == 2
     assert capsys.readouterr().err == (
-        f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'}: checkpoint format -1; this MLxE reads formats 4, 5\n")
+        f"mlxe: error: {run_dir / 'checkpoints' / 'last.pt'}: checkpoint format -1; this MLxE reads formats 4, 5, 6\n")
     assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
     assert "no valid checkpoint to resume from:\n  " in capsys.readouterr().err
