@@ -356,7 +356,8 @@ class A3C(Algorithm):
         episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
         stored rows: the minimum-updates rule, shared between the workers."""
         memorizer.refresh(weights)  # what the worker plays (and bootstraps) with next
-        if memorizer.fresh:  # re-weight with the newest weights; the priority exponent anneals per run-wide episode
+        if memorizer.scores:  # episodes stored since: re-weight with the newest weights (the priority
+            memorizer.scores.clear()  # exponent anneals per run-wide episode)
             memorizer.reweight(memorizer.episodes * workers)
             self.owed = -(-memorizer.batches_due(len(memorizer) * workers) // workers)
         if self.owed == 0:

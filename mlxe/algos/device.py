@@ -33,18 +33,18 @@ def resolve_device(name: str):
     return device
 
 
-def to_cpu(state: Any) -> Any:
+def to_cpu(state: Any, copy: bool = False) -> Any:
     """``state`` (nested dicts, lists, tuples of tensors and plain data) with every tensor on the CPU.
 
     Learner state dicts go through this: checkpoints then load on any machine, and replies between
-    processes carry plain CPU tensors. CPU tensors are returned as they are (no copy).
+    processes carry plain CPU tensors. CPU tensors are returned as they are unless ``copy``.
     """
     import torch
 
     if isinstance(state, torch.Tensor):
-        return state.cpu()
+        return state.to("cpu", copy=copy)
     if isinstance(state, dict):
-        return {k: to_cpu(v) for k, v in state.items()}
+        return {k: to_cpu(v, copy) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
-        return type(state)(to_cpu(v) for v in state)
+        return type(state)(to_cpu(v, copy) for v in state)
     return state

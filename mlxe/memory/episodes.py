@@ -109,7 +109,6 @@ class EpisodeMemory(Memorizer):
         self.acting = acting_network(spec, np.zeros(spec.num_params(), np.float32))
         self.iterations = self.episodes = 0  # handouts; episodes stored
         self.scores: list[tuple[int, float]] = []  # (version, return) of the episodes since the last handout
-        self.fresh = False  # an episode stored since the replay was last re-weighted
 
     def __len__(self) -> int:
         return len(self.replay)
@@ -153,7 +152,6 @@ class EpisodeMemory(Memorizer):
         self.replay.add({**steps, "done": done, "discount": discounts, "ret": returns, "last": last})
         self.episodes += 1
         self.scores.append((version, window.total_return))
-        self.fresh = True
 
     def next_values(self, steps: dict[str, np.ndarray], last_only: bool = False) -> np.ndarray:
         """V(next_obs) [n] of an episode's stored steps (only the last one's [1] with ``last_only``)
@@ -177,7 +175,6 @@ class EpisodeMemory(Memorizer):
         """Priorities and V-trace targets of every stored row with the weights refreshed last
         (``iteration`` anneals the priority exponent)."""
         self.replay.begin_iteration(iteration, self.acting.flat)
-        self.fresh = False
 
     def handout(self, progress: float) -> Handout:
         """The whole replay re-weighted, then the MMUF number of batches drawn from it, with the
@@ -200,4 +197,4 @@ class EpisodeMemory(Memorizer):
         # a format-5 checkpoint's Learner state holds the same keys beside its model's
         self.replay.load_state_dict(state["replay"])
         self.iterations, self.episodes = int(state["iterations"]), int(state["episodes"])
-        self.windows, self.scores, self.fresh = {}, [], False
+        self.windows, self.scores = {}, []

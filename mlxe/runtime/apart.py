@@ -90,6 +90,7 @@ def learner_loop(
     anneals with from now on); ``("state",)`` -> ``("state", state)``; ``("load", state)`` ->
     ``("loaded",)``; ``("close",)``."""
     from mlxe.algos import for_config
+    from mlxe.algos.device import to_cpu
     from mlxe.runtime.threads import limit_threads
 
     limit_threads(cfg.torch_threads, torch=True)
@@ -111,25 +112,13 @@ def learner_loop(
             elif msg[0] == "progress":
                 progress = msg[1]
             elif msg[0] == "state":
-                channel.send(("state", owned(algorithm.state_dict())))
+                # a copy: torch sends a tensor through a pipe by sharing its memory with the
+                # receiver, and this process goes on training its own
+                channel.send(("state", to_cpu(algorithm.state_dict(), copy=True)))
             elif msg[0] == "load":
                 algorithm.load_state_dict(msg[1])
                 shared.publish(algorithm.weights())
                 channel.send(("loaded",))
-
-
-def owned(state):
-    """``state`` with every tensor cloned. torch sends a tensor through a pipe by sharing its memory
-    with the receiver, and the Learner goes on training its own: the checkpoint must hold a copy."""
-    import torch
-
-    if isinstance(state, torch.Tensor):
-        return state.clone()
-    if isinstance(state, dict):
-        return {k: owned(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(owned(v) for v in state)
-    return state
 
 
 def mean_metrics(learned: list[dict[str, float]]) -> dict[str, float]:
