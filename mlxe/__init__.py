@@ -16,7 +16,11 @@ def __getattr__(name: str):
         from mlxe import api
 
         return getattr(api, name)
-    if name in ("load_config", "Config", "ConfigError"):
+    if name == "load_config":
+        from mlxe.loading import load_config
+
+        return load_config
+    if name in ("Config", "ConfigError"):
         from mlxe import config
 
         return getattr(config, name)

@@ -14,7 +14,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxe.config import Config, ConfigError, from_dict, load_config, load_run_config
+from mlxe.config import Config, ConfigError
+from mlxe.loading import from_dict, load_config, load_run_config
 
 __all__ = ["train", "evaluate", "load_config", "TrainResult", "RunStopped"]
 
@@ -32,7 +33,7 @@ class TrainResult:
 
 def _run(cfg: Config, trainer) -> str:
     if cfg.backend == "ray":  # imported only here: a local run never loads Ray
-        from mlxe.runtime.ray.run import run_ray
+        from mlxe.runtime.ray.train import run_ray
 
         return run_ray(cfg, trainer)
     from mlxe.runtime.schedule import run_local
@@ -177,8 +178,8 @@ def evaluate(
     record the episodes to (played one after another in a rendering environment; with its frame
     count and rate in the result).
     """
-    from mlxe.algos import for_config
     from mlxe.envs.filters import Filters
+    from mlxe.policies.manager import algorithm_class
     from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.evaluation import evaluate_vectorized
     from mlxe.runtime.setup import problem_spec
@@ -196,7 +197,7 @@ def evaluate(
     state = load_checkpoint(path, expect=run_identity(config, spec))
     check_finite_weights(path, state)  # a NaN model would play and report numbers as if it were fine
     seed = config.seed if seed is None else seed
-    policy = for_config(config).make_policy(config, spec, seed)
+    policy = algorithm_class(config).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})

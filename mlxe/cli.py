@@ -76,8 +76,8 @@ def _defaults_config(env_id: str, algo: str | None, overrides: list[str], zoo: b
     """The config of ``mlxe train --env ID [--algo NAME]``, with what was chosen printed."""
     import yaml
 
-    from mlxe.config import from_dict
     from mlxe.defaults import defaults_for
+    from mlxe.loading import from_dict
 
     chosen = defaults_for(env_id, algo, overrides, zoo=zoo)
     cfg = from_dict(chosen.tree)

@@ -224,13 +224,6 @@ class AlgoConfig:
             check_positive("algo.max_grad_norm", self.max_grad_norm)
 
 
-def default_algo() -> AlgoConfig:
-    """The ``algo`` section of a config that does not set one: the default algorithm's dataclass."""
-    from mlxe.algos import config_class
-
-    return config_class(AlgoConfig.name)()
-
-
 def check_positive(key: str, value: float | None) -> None:
     """A :class:`ConfigError` naming ``key`` unless ``value`` is None or > 0 (NaN is not)."""
     if value is not None and not value > 0:
@@ -430,7 +423,8 @@ class Config:
     device: str = "cpu"
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    algo: AlgoConfig = field(default_factory=lambda: default_algo())
+    # the algorithm's own dataclass when loaded (mlxe.loading): its fields are the keys algo: accepts
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     icm: CuriosityConfig = field(default_factory=CuriosityConfig)
     stop: StopConfig = field(default_factory=StopConfig)
@@ -454,9 +448,6 @@ class Config:
             return max(1, cores - busy)
         return self.executors
 
-    def for_policy(self, name: str) -> Config:
-        """The config policy ``name`` of a multi-agent run learns with (:func:`policy_config`)."""
-        return policy_config(self, name)
 
 
 # --------------------------------------------------------------------------- validation
@@ -480,12 +471,10 @@ def _type_name(tp: Any) -> str:
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Return ``value`` checked (and widened: int -> float) against type hint ``tp``."""
     origin = typing.get_origin(tp)
-    if tp is AlgoConfig:
-        return _build_algo(value, key)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
-        return _build(tp, value, key + ".")
+        return build(tp, value, key + ".")
     if origin in (Union, types.UnionType):
         for arg in typing.get_args(tp):
             try:
@@ -545,7 +534,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
-def _build(cls: type, data: dict, prefix: str = "") -> Any:
+def build(cls: type, data: dict, prefix: str = "") -> Any:
+    """A ``cls`` dataclass of the mapping ``data`` (missing keys take their defaults); ``prefix`` starts
+    the keys that errors name."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -562,31 +553,9 @@ def _build(cls: type, data: dict, prefix: str = "") -> Any:
     return obj
 
 
-def _build_algo(value: Any, key: str) -> AlgoConfig:
-    """The ``algo`` section as the dataclass its ``name`` registers; a key of another algorithm's
-    dataclass is an error naming both algorithms."""
-    from mlxe.algos import ALGORITHMS, config_class
-
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key}: expected a mapping of algorithm settings, got {value!r}")
-    name = value.get("name", AlgoConfig.name)
-    if not isinstance(name, str) or name not in ALGORITHMS:
-        raise ConfigError(f"{key}.name: {name!r} is not allowed; expected one of {', '.join(map(repr, ALGORITHMS))}")
-    cls = config_class(name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for k in value:
-        if k in names:
-            continue
-        owners = [other for other in ALGORITHMS if k in {f.name for f in dataclasses.fields(config_class(other))}]
-        close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
-        hint = f"; did you mean '{key}.{close[0]}'?" if close else f"; its keys: {', '.join(sorted(names))}"
-        where = f" (it belongs to {', '.join(owners)})" if owners else ""
-        raise ConfigError(f"{key}.{k}: not a setting of algo.name {name!r}{where}{hint}")
-    return _build(cls, value, key + ".")
-
-
-def _check_ranges(cfg: Config) -> None:
-    """Semantic checks the types cannot express (the algorithm's own: ``cfg.algo.check``)."""
+def check(cfg: Config) -> None:
+    """The schema's rules: what the types cannot express, the algorithm section's own
+    (``cfg.algo.check``) included; the rules that need to know the algorithms are :func:`mlxe.algos.check`'s."""
     for key, value in (("seed", cfg.seed), ("run.max_restarts", cfg.run.max_restarts)):
         if value < 0:
             raise ConfigError(f"{key}: {value!r} is not allowed; expected an integer >= 0")
@@ -654,14 +623,6 @@ def _check_ranges(cfg: Config) -> None:
         key, value = ("icm.nu", cfg.icm.nu) if cfg.icm.nu < 0 else ("icm.beta", cfg.icm.beta)
         raise ConfigError(f"{key}: {value!r} is not allowed; expected nu >= 0 and beta in [0, 1]")
     cfg.algo.check(cfg)
-    from mlxe.algos import for_config
-
-    if cfg.arch == "ia" and for_config(cfg).iteration != "episode":
-        raise ConfigError(
-            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (its iterations are segments, not "
-            "episodes to wait for); expected 'istb', 'is' or 'oa'"
-        )
-    _check_sections(cfg)
     _check_ray(cfg)
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
         raise ConfigError(
@@ -685,7 +646,7 @@ def _check_remote(cfg: Config) -> None:
     environment and the evaluations that would need one are refused. Elsewhere ``env.remote`` must stay unset."""
     r, defaults = cfg.env.remote, RemoteEnvConfig()
     if cfg.env.api != "remote":
-        changed = _changed_keys(to_dict(r), dataclasses.asdict(defaults), "env.remote")
+        changed = changed_keys(to_dict(r), dataclasses.asdict(defaults), "env.remote")
         if changed:
             raise ConfigError(f"{changed[0]}: a setting of remote simulators, for env.api 'remote' (env.api is {cfg.env.api!r})")
         return
@@ -751,23 +712,12 @@ def _check_remote(cfg: Config) -> None:
 
 
 def _check_gradient_workers(cfg: Config) -> None:
-    """``learner.gradient_workers`` > 1 needs an algorithm with a data-parallel mode, and the Ray
-    engine the Ray backend."""
-    from mlxe.algos import ALGORITHMS, algorithm, for_config
-
+    """``learner.gradient_workers``: the Learner alone (1) or with more workers; the Ray engine needs
+    the Ray backend (which algorithms have a data-parallel mode: :func:`mlxe.algos.check`)."""
     k = cfg.learner.gradient_workers
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"learner.gradient_workers: {k!r} is not allowed; expected an integer >= 1")
-    if k == 1:
-        return
-    if not for_config(cfg).data_parallel:
-        able = [name for name in ALGORITHMS if algorithm(name).data_parallel]
-        what = "a multi-agent run (env.api 'pettingzoo')" if cfg.env.api == "pettingzoo" else f"algo.name {cfg.algo.name!r}"
-        raise ConfigError(
-            f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
-            f"expected 1, or algo.name {' or '.join(map(repr, able))}"
-        )
-    if cfg.learner.gradient_engine == "ray" and cfg.backend != "ray":
+    if k > 1 and cfg.learner.gradient_engine == "ray" and cfg.backend != "ray":
         raise ConfigError("learner.gradient_engine: 'ray' puts the gradient workers in Ray actors; it needs backend: ray")
 
 
@@ -834,40 +784,6 @@ def _check_policies(cfg: Config) -> None:
             if not re.fullmatch(r"[\w.]+:\w+", policy.rule):
                 raise ConfigError(f"policies.{name}.rule: {policy.rule!r} is not allowed; expected 'package.module:function'")
             continue
-        _check_policy_algo(name, cfg.for_policy(name))  # validates the policy's own config
-    if not cfg.policies:
-        _check_policy_algo("shared", cfg)
-
-
-def _check_policy_algo(name: str, cfg: Config) -> None:
-    from mlxe.algos import algorithm
-
-    if algorithm(cfg.algo.name).iteration == "episode":
-        raise ConfigError(
-            f"policies.{name}.algo.name: {cfg.algo.name!r} learns from whole episodes; the policies of a "
-            "multi-agent run learn from segments (ppo, a2c, pg, trpo, dqn, ddpg, td3, sac)"
-        )
-
-
-def policy_config(cfg: Config, name: str) -> Config:
-    """The config policy ``name`` of a multi-agent run learns with: the run's, with the policy's
-    ``algo`` and ``model`` keys (errors name ``policies.<name>.``), as a single-agent algorithm's
-    (``env.api`` gymnasium: the algorithm sees its agents' rows as environments)."""
-    own = cfg.policies[name]
-    data = to_dict(cfg)
-    data["policies"], data["agent_to_policy"], data["learner"] = {}, {}, {}
-    data["env"]["api"] = "gymnasium"  # one agent's view: a single-agent algorithm's config
-    if own.algo.get("name", cfg.algo.name) == cfg.algo.name:
-        data["algo"].update(own.algo)
-    else:
-        data["algo"] = dict(own.algo)
-    data["model"].update(own.model)
-    try:
-        one = _build(Config, data)
-        _check_ranges(one)
-    except ConfigError as e:
-        raise ConfigError(f"policies.{name}.{e}") from None
-    return one
 
 
 def _check_name(name: str) -> None:
@@ -928,28 +844,11 @@ def check_model_reads(m: ModelConfig, encoder: str, discrete: bool | None = None
             raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not read: {why}; remove it")
 
 
-def _check_sections(cfg: Config) -> None:
-    """A top-level section the algorithm does not read (``memory``: A3C's episode replay) would be
-    silently ignored when changed, so it is an error naming the first changed key."""
-    from mlxe.algos import ALGORITHMS, config_class
-
-    for section, default in (("memory", MemoryConfig()), ("icm", CuriosityConfig())):
-        if section in cfg.algo.sections:
-            continue
-        changed = _changed_keys(to_dict(getattr(cfg, section)), dataclasses.asdict(default), section)
-        if changed:
-            readers = [name for name in ALGORITHMS if section in config_class(name).sections]
-            raise ConfigError(
-                f"{changed[0]}: not a setting of algo.name {cfg.algo.name!r} (the '{section}' section configures "
-                f"{', '.join(readers) or 'no algorithm'}); remove it"
-            )
-
-
-def _changed_keys(value: dict, default: dict, prefix: str) -> list[str]:
+def changed_keys(value: dict, default: dict, prefix: str) -> list[str]:
     keys = []
     for k, v in value.items():
         if isinstance(v, dict) and isinstance(default.get(k), dict):
-            keys += _changed_keys(v, default[k], f"{prefix}.{k}")
+            keys += changed_keys(v, default[k], f"{prefix}.{k}")
         elif v != default.get(k):
             keys.append(f"{prefix}.{k}")
     return keys
@@ -959,7 +858,7 @@ def _check_ray(cfg: Config) -> None:
     """The Ray backend's combinations and ranges; without ``backend: ray``, or in a ``ray.mode`` that
     does not read it, a changed ``ray`` key would be ignored: an error naming it."""
     r, defaults = cfg.ray, RayConfig()
-    changed = _changed_keys(to_dict(r), dataclasses.asdict(defaults), "ray")
+    changed = changed_keys(to_dict(r), dataclasses.asdict(defaults), "ray")
     if cfg.backend != "ray":
         if changed:
             raise ConfigError(
@@ -1026,16 +925,7 @@ def _check_ray(cfg: Config) -> None:
 
 def _check_parameter_server(cfg: Config) -> None:
     """``ray.mode: async_gradients``: the Executors compute gradients on their own data, the driver
-    applies them (a parameter server, not a Learner): for algorithms with ``parameter_server``."""
-    from mlxe.algos import ALGORITHMS, algorithm
-
-    name, r = cfg.algo.name, cfg.ray
-    if not algorithm(name).parameter_server:
-        able = [other for other in ALGORITHMS if algorithm(other).parameter_server]
-        raise ConfigError(
-            f"ray.mode: 'async_gradients' is not allowed with algo.name {name!r} (it has no parameter-server "
-            f"mode); expected algo.name {' or '.join(map(repr, able))}, or ray.mode 'sync' or 'async_experience'"
-        )
+    applies them (a parameter server, not a Learner; which algorithms have one: :func:`mlxe.algos.check`)."""
     if cfg.envs_per_executor != 1:
         raise ConfigError(
             f"envs_per_executor: {cfg.envs_per_executor!r} is not allowed with ray.mode 'async_gradients'; "
@@ -1056,36 +946,13 @@ def _check_parameter_server(cfg: Config) -> None:
             "algo.promote_best_every: not allowed with ray.mode 'async_gradients' (no Learner iterations); "
             "use ray.promote_best"
         )
-    if r.learner_num_gpus > 0:
+    if cfg.ray.learner_num_gpus > 0:
         raise ConfigError(
-            f"ray.learner_num_gpus: {r.learner_num_gpus!r} is not allowed with ray.mode 'async_gradients'; "
+            f"ray.learner_num_gpus: {cfg.ray.learner_num_gpus!r} is not allowed with ray.mode 'async_gradients'; "
             "expected 0 (the parameter server runs in the driver: run it on the GPU node with device=cuda)"
         )
 
 
-# Keys that moved: the config.yaml of a run directory written before still loads (resume, eval).
-MOVED = {("ray", "status_every"): ("run", "status_every")}
-
-
-def _move_old_keys(data: dict) -> dict:
-    data = dict(data)
-    for (section, key), (new_section, new_key) in MOVED.items():
-        old = data.get(section)
-        if isinstance(old, dict) and key in old:
-            data[section] = {k: v for k, v in old.items() if k != key}
-            new = data.setdefault(new_section, {})
-            if isinstance(new, dict):
-                data[new_section] = {new_key: old[key], **new}
-    return data
-
-
-def from_dict(data: dict) -> Config:
-    """Validate a nested mapping into a :class:`Config` (missing keys take their defaults)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"a config must be a mapping of keys, got {type(data).__name__}")
-    cfg = _build(Config, _move_old_keys(data))
-    _check_ranges(cfg)
-    return cfg
 
 
 def to_dict(cfg: Config) -> dict:
@@ -1139,37 +1006,6 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
     return data
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (or the defaults when ``path`` is None) and apply ``key=value`` overrides."""
-    data = read_yaml(path) if path is not None else {}
-    apply_overrides(data, list(overrides or []))
-    try:
-        return from_dict(data)
-    except ConfigError as e:
-        where = f"{path}: " if path is not None else ""
-        raise ConfigError(f"{where}{e}") from None
-
-
-# Keys that an earlier release wrote to a run's config.yaml although that algorithm never read them
-# (PPO inherited A2C's optimizer): dropped when a run directory's config is read again, never from a
-# config a user writes.
-UNREAD = {"ppo": ("optimizer",)}
-
-
-def load_run_config(run_dir: str | Path, overrides: list[str] | None = None) -> Config:
-    """The config of the run directory ``run_dir`` (its ``config.yaml``), with ``overrides`` applied."""
-    path = Path(run_dir) / "config.yaml"
-    data = read_yaml(path)
-    algo = data.get("algo")
-    if isinstance(algo, dict):
-        data["algo"] = {k: v for k, v in algo.items() if k not in UNREAD.get(algo.get("name"), ())}
-    apply_overrides(data, list(overrides or []))
-    try:
-        return from_dict(data)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

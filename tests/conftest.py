@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from mlxe.config import Config, load_config
+from mlxe.config import Config
+from mlxe.loading import load_config
 
 SMALL_NET = ["model.trunk=[32]", "model.policy_head=[32]", "model.value_head=[32]"]
 

@@ -16,8 +16,9 @@ import pytest
 
 import mlxe
 from mlxe import algos
-from mlxe.config import AlgoConfig, load_config
+from mlxe.config import AlgoConfig
 from mlxe.core import Algorithm, Field, Segment
+from mlxe.loading import load_config
 from mlxe.memory.segments import IterationSegments
 
 SEEN: list[Segment] = []  # the toy Learner's segments, for the tests to read (threads, or fork)

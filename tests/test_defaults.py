@@ -7,8 +7,9 @@ import pytest
 
 import mlxe
 from mlxe.cli import main
-from mlxe.config import ConfigError, from_dict
+from mlxe.config import ConfigError
 from mlxe.defaults import CONTINUOUS_ONLY, DISCRETE_ONLY, defaults_for
+from mlxe.loading import from_dict
 
 CATCH = "tests.envs.catch:Catch"
 ALGOS = ("ppo", "a2c", "pg", "trpo", "a3c", "dqn", "ddpg", "td3", "sac")

@@ -127,7 +127,7 @@ def too_slow_reason(cfg) -> str | None:
 
     import gymnasium
 
-    from mlxe import algos
+    from mlxe.policies.manager import algorithm_class
 
     if cfg.backend == "ray":
         return "backend ray: a local Ray's start-up is too slow for this test (tests/runtime/ray/ trains on Ray)"
@@ -143,7 +143,7 @@ def too_slow_reason(cfg) -> str | None:
     if mujoco and importlib.util.find_spec("mujoco") is None:
         return "MuJoCo is not installed (pip install 'gymnasium[mujoco]')"
     steps = cfg.num_executors() * cfg.envs_per_executor * cfg.rollout.steps
-    if algos.for_config(cfg).iteration != "episode" and steps > MAX_ITERATION_STEPS:  # A3C's: one episode each
+    if algorithm_class(cfg).iteration != "episode" and steps > MAX_ITERATION_STEPS:  # A3C's: one episode each
         return f"one iteration is {steps} env steps (more than {MAX_ITERATION_STEPS})"
     return None
 
@@ -207,7 +207,8 @@ def loading_only() -> Iterator[list]:
     """``mlxe train`` with training stubbed out: it parses and loads its config as it would (the
     configs loaded are collected in the list yielded), then returns."""
     import mlxe.api
-    from mlxe.config import Config, load_config
+    from mlxe.config import Config
+    from mlxe.loading import load_config
 
     loaded: list = []
 

@@ -20,3 +20,55 @@ def test_the_graph_the_contracts_read_sees_function_level_imports():
     graph = grimp.build_graph("mlxe")
     assert graph.direct_import_exists(importer="mlxe.cli", imported="mlxe.tools.tune")
     assert graph.direct_import_exists(importer="mlxe.cli", imported="mlxe.tools.bench.cli")
+
+
+# Import circles inside one package that remain, each with why: the suite fails when one closes (drop
+# it here) or a new one opens.
+KNOWN_CIRCLES = {
+    # NetSpec counts a user module's parameters by building it, and the NumPy-acting Executors import
+    # the torch modules lazily, which read NetSpec
+    frozenset({
+        "mlxe.models.actor_critic", "mlxe.models.cores", "mlxe.models.encoders", "mlxe.models.off_policy",
+        "mlxe.models.torch_modules",
+    }),
+}
+
+
+def _circles(graph) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: set[frozenset[str]] = set()
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.add(frozenset(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle_but_the_known_ones():
+    graph = grimp.build_graph("mlxe", exclude_type_checking_imports=True, cache_dir=None)
+    assert _circles(graph) == KNOWN_CIRCLES

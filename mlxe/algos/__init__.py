@@ -1,13 +1,19 @@
-"""The algorithm registry: ``algo.name`` -> the module that defines it.
+"""The algorithm registry: ``algo.name`` -> the module that defines it, and the config rules that
+need to know the algorithms.
 
 Each module defines ``Config`` (its ``algo:`` dataclass, a subclass of
-:class:`mlxe.config.AlgoConfig`) and, for the algorithms of the one runtime, ``Algorithm`` (an
-:class:`mlxe.core.Algorithm`). Adding an algorithm is one module plus one line here.
+:class:`mlxe.config.AlgoConfig`) and ``Algorithm`` (an :class:`mlxe.core.Algorithm`). Adding an
+algorithm is one module plus one line here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
+from typing import Any
+
+from mlxe.config import AlgoConfig, Config, ConfigError, CuriosityConfig, MemoryConfig, build, changed_keys, to_dict
 
 ALGORITHMS = {
     "a3c": "mlxe.algos.a3c",
@@ -37,11 +43,71 @@ def algorithm(name: str):
     return module(name).Algorithm
 
 
-def for_config(cfg):
-    """The :class:`mlxe.core.Algorithm` class a run of ``cfg`` trains: ``algo.name``'s, or the
-    policy manager of a multi-agent run (``env.api: pettingzoo``), which trains one per policy."""
-    if cfg.env.api == "pettingzoo":
-        from mlxe.policies.manager import PolicyManager
+def section(value: Any, key: str = "algo") -> AlgoConfig:
+    """The ``algo`` section as the dataclass its ``name`` registers; a key of another algorithm's
+    dataclass is an error naming both algorithms."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of algorithm settings, got {value!r}")
+    name = value.get("name", AlgoConfig.name)
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ConfigError(f"{key}.name: {name!r} is not allowed; expected one of {', '.join(map(repr, ALGORITHMS))}")
+    cls = config_class(name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in value:
+        if k in names:
+            continue
+        owners = [other for other in ALGORITHMS if k in {f.name for f in dataclasses.fields(config_class(other))}]
+        close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
+        hint = f"; did you mean '{key}.{close[0]}'?" if close else f"; its keys: {', '.join(sorted(names))}"
+        where = f" (it belongs to {', '.join(owners)})" if owners else ""
+        raise ConfigError(f"{key}.{k}: not a setting of algo.name {name!r}{where}{hint}")
+    return build(cls, value, key + ".")
 
-        return PolicyManager
-    return algorithm(cfg.algo.name)
+
+def check(cfg: Config) -> None:
+    """The config rules that need to know the algorithms (the schema's own are
+    :func:`mlxe.config.check`'s): a section the algorithm does not read, an architecture or a
+    placement its math cannot use."""
+    multi_agent = cfg.env.api == "pettingzoo"  # the policy manager: segments, no data-parallel mode
+    own = algorithm(cfg.algo.name)
+    if cfg.arch == "ia" and (multi_agent or own.iteration != "episode"):
+        raise ConfigError(
+            f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (its iterations are segments, not "
+            "episodes to wait for); expected 'istb', 'is' or 'oa'"
+        )
+    for name, default in (("memory", MemoryConfig()), ("icm", CuriosityConfig())):
+        if name in cfg.algo.sections:
+            continue
+        changed = changed_keys(to_dict(getattr(cfg, name)), dataclasses.asdict(default), name)
+        if changed:
+            readers = [n for n in ALGORITHMS if name in config_class(n).sections]
+            raise ConfigError(
+                f"{changed[0]}: not a setting of algo.name {cfg.algo.name!r} (the '{name}' section configures "
+                f"{', '.join(readers) or 'no algorithm'}); remove it"
+            )
+    k = cfg.learner.gradient_workers
+    if k > 1 and (multi_agent or not own.data_parallel):
+        what = "a multi-agent run (env.api 'pettingzoo')" if multi_agent else f"algo.name {cfg.algo.name!r}"
+        raise ConfigError(
+            f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
+            f"expected 1, or algo.name {_able('data_parallel')}"
+        )
+    if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not own.parameter_server:
+        raise ConfigError(
+            f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no parameter-server "
+            f"mode); expected algo.name {_able('parameter_server')}, or ray.mode 'sync' or "
+            "'async_experience'"
+        )
+
+
+def _able(capability: str) -> str:
+    return " or ".join(repr(n) for n in ALGORITHMS if getattr(algorithm(n), capability))
+
+
+def check_policy(name: str, cfg: Config) -> None:
+    """Policy ``name`` of a multi-agent run, whose config is ``cfg``, learns from segments."""
+    if algorithm(cfg.algo.name).iteration == "episode":
+        raise ConfigError(
+            f"policies.{name}.algo.name: {cfg.algo.name!r} learns from whole episodes; the policies of a "
+            "multi-agent run learn from segments (ppo, a2c, pg, trpo, dqn, ddpg, td3, sac)"
+        )

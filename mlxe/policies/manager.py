@@ -5,7 +5,7 @@ The runtime sees a single Algorithm and a single Policy. :class:`JointPolicy` ac
 of an Executor's vector env by asking each policy for its own rows (rule policies included);
 :class:`PolicyManager` cuts each segment it is handed into one segment per learned policy (its
 rows, its observations' length, its recorded fields) for that policy's Learner (its Algorithm and
-Memorizer), which learns where ``learner.placement`` puts it (:mod:`mlxe.policies.hosts`), and
+Memorizer), which learns in the host the runtime hands it (:mod:`mlxe.runtime.policy_hosts`), and
 publishes their weights concatenated in plan order. Recorded fields and recurrent states travel
 under ``<policy>/<name>`` so that policies of different algorithms never collide.
 """
@@ -20,7 +20,6 @@ from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
-from mlxe.policies.hosts import PLACEMENTS
 from mlxe.policies.mapping import PolicyPlan, cached_plans
 from mlxe.policies.rule import RulePolicy
 
@@ -114,20 +113,33 @@ class JointPolicy:
             policy.load_state_dict(state[plan.name])
 
 
+def algorithm_class(cfg: Config) -> type[Algorithm]:
+    """The :class:`mlxe.core.Algorithm` class a run of ``cfg`` trains: ``algo.name``'s, or the
+    policy manager of a multi-agent run (``env.api: pettingzoo``), which trains one per policy."""
+    return PolicyManager if cfg.env.api == "pettingzoo" else algos.algorithm(cfg.algo.name)
+
+
+def learned_policies(cfg: Config, seed: int) -> tuple[list[PolicyPlan], list[int]]:
+    """The learned policies of a multi-agent run (rules apart) and the seed of each one's Learner."""
+    plans, _ = cached_plans(cfg)
+    learned = _learned(plans)
+    return learned, [_sub_seed(seed, plans.index(p)) for p in learned]
+
+
 class PolicyManager(Algorithm):
-    """The Algorithm of a multi-agent run: one Algorithm per learned policy, placed by
-    ``learner.placement``.
+    """The Algorithm of a multi-agent run: one Learner per learned policy, each in the host
+    ``hosts`` holds for it (:func:`learned_policies` in order; the runtime places them where
+    ``learner.placement`` says).
 
     Metrics are each policy's, as ``<policy>/<metric>``; checkpoints hold every policy's state.
     """
 
-    def __init__(self, cfg: Config, spec, seed: int) -> None:
+    def __init__(self, cfg: Config, spec, seed: int, hosts) -> None:
         super().__init__(cfg, spec, seed)
         plans, self.agents = cached_plans(cfg)
         self.plans = _learned(plans)
-        seeds = [_sub_seed(seed, plans.index(p)) for p in self.plans]
-        self.hosts = PLACEMENTS[cfg.learner.placement](self.plans, seeds, cfg)
-        self.device = self.hosts.device
+        self.hosts = hosts
+        self.device = hosts.device
 
     @staticmethod
     def record_of(plans: list[PolicyPlan]) -> dict[str, Field]:

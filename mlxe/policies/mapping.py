@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mlxe.config import Config, ConfigError, to_dict
+from mlxe.loading import policy_config
 
 SHARED = "shared"  # the one policy of a run that names none
 
@@ -99,7 +100,7 @@ def plan_policies(cfg: Config) -> tuple[list[PolicyPlan], int]:
             None if image else dims[first], actions, own.rule if own is not None else None,
         )
         if plan.rule is None:
-            plan.cfg = cfg.for_policy(name) if own is not None else dataclasses.replace(
+            plan.cfg = policy_config(cfg, name) if own is not None else dataclasses.replace(
                 cfg, env=dataclasses.replace(cfg.env, api="gymnasium"), policies={}, agent_to_policy={}
             )
             obs_space = image_space if image else Box(-np.inf, np.inf, (dims[first],), np.float32)

@@ -26,6 +26,7 @@ from multiprocessing import connection
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Handout, Segment
 from mlxe.models.actor_critic import NetSpec
@@ -40,9 +41,7 @@ def memorizer_loop(channel, cfg: Config, spec: NetSpec, seed: int, shared: Share
     """The Memorizer process: ``("add", segment)``; ``("state",)`` -> ``("state", state)``;
     ``("load", state)`` -> ``("loaded",)``; ``("close",)``. The Learner's ``("handout", progress)``
     -> ``("handout", batches, episodes, metrics)``."""
-    from mlxe.algos import for_config
-
-    memorizer = for_config(cfg).make_memorizer(cfg, spec, seed, None)
+    memorizer = algos.algorithm(cfg.algo.name).make_memorizer(cfg, spec, seed, None)
     weights, version = np.zeros(shared.size, np.float32), 0
     asked: float | None = None  # the progress of the Learner's pending request
     stored = False  # something was added since the last empty handout
@@ -89,12 +88,11 @@ def learner_loop(
     (metrics, updates) on the ``reports`` queue after each; ``("progress", progress)`` (what it
     anneals with from now on); ``("state",)`` -> ``("state", state)``; ``("load", state)`` ->
     ``("loaded",)``; ``("close",)``."""
-    from mlxe.algos import for_config
     from mlxe.algos.device import to_cpu
     from mlxe.runtime.threads import limit_threads
 
     limit_threads(cfg.torch_threads, torch=True)
-    algorithm = for_config(cfg)(cfg, spec, seed)
+    algorithm = algos.algorithm(cfg.algo.name)(cfg, spec, seed)
     shared.publish(algorithm.weights())
     progress = 0.0
     memorizer.send(("handout", progress))
@@ -136,10 +134,8 @@ class ApartLearner:
     continuous = True
 
     def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        from mlxe.algos import for_config
-
         ctx = context(cfg, autograd=True)
-        self.shared = SharedWeights(for_config(cfg).weights_size(cfg, spec), ctx)
+        self.shared = SharedWeights(algos.algorithm(cfg.algo.name).weights_size(cfg, spec), ctx)
         ends = ctx.Pipe(duplex=True)  # the Memorizer's and the Learner's line to each other
         self.reports = ctx.Queue()
         self.pool = ProcessPool([

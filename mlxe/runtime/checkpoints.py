@@ -199,11 +199,11 @@ def checkpoint_identity(algorithm: str, weights) -> dict:
 def run_identity(cfg, spec=None) -> dict:
     """What a checkpoint loaded into a run of ``cfg`` must hold: its algorithm and weight count
     (``spec``: the run's network spec, if already built; else one environment is built to read it)."""
-    from mlxe.algos import for_config
+    from mlxe.policies.manager import algorithm_class
     from mlxe.runtime.setup import problem_spec
 
     spec = problem_spec(cfg) if spec is None else spec
-    return {"algorithm": cfg.algo.name, "weights": int(for_config(cfg).weights_size(cfg, spec))}
+    return {"algorithm": cfg.algo.name, "weights": int(algorithm_class(cfg).weights_size(cfg, spec))}
 
 
 def check_identity(path: Path, state: dict, expect: dict) -> None:

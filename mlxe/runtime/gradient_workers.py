@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, GradientWorkers
 from mlxe.models.actor_critic import NetSpec
@@ -60,10 +61,8 @@ def _worker_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
     """A worker's copy of the algorithm: its weights come with every share."""
     from dataclasses import replace
 
-    from mlxe.algos import for_config
-
     limit_threads(cfg.torch_threads, torch=True)
-    return for_config(cfg)(replace(cfg, device="cpu" if cfg.device.startswith("cuda") else cfg.device), spec, seed)
+    return algos.algorithm(cfg.algo.name)(replace(cfg, device="cpu" if cfg.device.startswith("cuda") else cfg.device), spec, seed)
 
 
 # --------------------------------------------------------------------------- gloo
@@ -259,7 +258,7 @@ class GradientWorkerActor:
         self.algo = _worker_algorithm(cfg, spec, seed)
 
     def gradients(self, weights: np.ndarray, share: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict]:
-        from mlxe.runtime.ray.pool import writable
+        from mlxe.runtime.ray.backend import writable
 
         self.algo.adopt(weights)
         return self.algo.get_gradients(writable(share), progress)

@@ -6,7 +6,7 @@ segments' bootstrap values and the replay's next re-weighting read). This is the
 placement, "one process used subsequently for combined Memorization and Learning", and the
 default of every architecture (``learner.memorizer: process`` puts each role in a process of its
 own: :mod:`mlxe.runtime.apart`). This Learner runs in the coordinating process, a Ray actor
-(:mod:`mlxe.runtime.ray.learner`) or a multi-agent policy host (:mod:`mlxe.policies.hosts`).
+(:mod:`mlxe.runtime.ray.learner`) or a multi-agent policy host (:mod:`mlxe.runtime.policy_hosts`).
 
 A checkpoint keeps the two roles apart: the Algorithm's state under ``learner``, the Memorizer's
 under ``memorizer``.
@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config
 from mlxe.core import Algorithm, Memorizer, Segment
 from mlxe.models.actor_critic import NetSpec
+from mlxe.policies.manager import PolicyManager
+from mlxe.runtime.gradient_workers import start_gradient_workers
+from mlxe.runtime.policy_hosts import place_policies
 
 
 class Learner:
@@ -68,19 +72,23 @@ class Learner:
         self.algorithm.close()
 
 
-def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
-    """The run's Learner: ``cfg``'s Algorithm (with its gradient workers started where
-    ``learner.gradient_workers`` asks for more than the Learner) and the Memorizer it needs, in this
-    process; with ``learner.memorizer: process``, each in a process of its own
-    (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA)."""
-    from mlxe.algos import for_config
-    from mlxe.runtime.gradient_workers import start_gradient_workers
+def build_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
+    """``cfg``'s Algorithm in this process, handed what its placement needs: the gradient workers
+    ``learner.gradient_workers`` asks for, or a multi-agent run's policy hosts."""
+    if cfg.env.api == "pettingzoo":
+        return PolicyManager(cfg, spec, seed, place_policies(cfg, seed, build_learner))
+    algorithm = algos.algorithm(cfg.algo.name)(cfg, spec, seed)
+    algorithm.gradient_workers = start_gradient_workers(cfg, spec, seed)
+    return algorithm
 
+
+def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
+    """The run's Learner: ``cfg``'s Algorithm (:func:`build_algorithm`) and the Memorizer it needs,
+    in this process; with ``learner.memorizer: process``, each in a process of its own
+    (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA)."""
     if cfg.learner.memorizer == "process":
         from mlxe.runtime.apart import ApartLearner
 
         return ApartLearner(cfg, spec, seed)
-
-    algorithm = for_config(cfg)(cfg, spec, seed)
-    algorithm.gradient_workers = start_gradient_workers(cfg, spec, seed)
+    algorithm = build_algorithm(cfg, spec, seed)
     return Learner(algorithm, type(algorithm).make_memorizer(cfg, spec, seed, algorithm))

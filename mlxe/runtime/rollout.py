@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe import algos
 from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
 from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
 from mlxe.envs.filters import Filters
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
+from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.watchdog import Heartbeats
 
@@ -160,7 +160,7 @@ class RolloutExecutor:
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index)
         self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
         self.weights = weights
-        algorithm = algos.for_config(cfg)
+        algorithm = algorithm_class(cfg)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
         self.version = -1
         self.policy: Policy = algorithm.make_policy(cfg, self.spec, policy_seed, executors)

@@ -34,13 +34,13 @@ from typing import Protocol
 
 import numpy as np
 
-from mlxe import algos
 from mlxe.algos.optim import NonFiniteError
 from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
 from mlxe.envs.remote import active_hub
 from mlxe.models.actor_critic import NetSpec, net_spec
+from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.learner import Learner, build_learner
@@ -120,7 +120,7 @@ class LocalRollouts:
     ) -> None:
         self.cfg, self.trainer, self.seeds = cfg, trainer, seeds.executors
         self.n = n = cfg.num_executors()
-        size = algos.for_config(cfg).weights_size(cfg, spec)
+        size = algorithm_class(cfg).weights_size(cfg, spec)
         # two versions kept: an OA rollout is asked for with the newest, and plays with it even if the
         # Learner publishes the next one before the Executor starts (ask() tells which)
         self.weights = SharedWeights(size, ctx=None if threads else context(cfg), slots=2)
@@ -321,7 +321,7 @@ def train(
     filters and the evaluation live in this process, and the Learner ``make_learner`` builds
     (default: ``cfg.algo.name``'s Algorithm and its Memorizer, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
-    algorithm = algos.for_config(cfg)
+    algorithm = algorithm_class(cfg)
     filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
     learner = (make_learner or build_learner)(cfg, spec, seeds.learner)
     try:

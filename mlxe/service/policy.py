@@ -95,9 +95,9 @@ class ServedPolicy:
 def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -> ServedPolicy:
     """The policy of ``run_dir``'s ``best.pt`` (its ``last.pt`` with ``last``, or when it has no ``best.pt``),
     loaded as ``mlxe eval`` loads it. A multi-agent run is a ConfigError."""
-    from mlxe.algos import for_config
-    from mlxe.config import load_run_config
     from mlxe.envs.filters import Filters
+    from mlxe.loading import load_run_config
+    from mlxe.policies.manager import algorithm_class
     from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.setup import problem_spec
 
@@ -114,7 +114,7 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
     spec = problem_spec(config)
     state = load_checkpoint(path, expect=run_identity(config, spec))  # another run's is an error naming what differs
     check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
-    policy = for_config(config).make_policy(config, spec, config.seed)
+    policy = algorithm_class(config).make_policy(config, spec, config.seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})

@@ -42,7 +42,8 @@ from typing import Any
 
 import yaml
 
-from mlxe.config import Config, ConfigError, load_config, to_dict
+from mlxe.config import Config, ConfigError, to_dict
+from mlxe.loading import load_config
 
 __all__ = [
     "Param", "TuneResult", "TrialRun", "parse_param", "tune", "run_trial", "read_evaluations", "make_pruner",

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mlxe import algos
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.memory.segments import IterationSegments
 from tests.algos.test_ppo import SPEC, batch, segment
 

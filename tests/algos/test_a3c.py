@@ -13,8 +13,9 @@ import torch
 
 from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy
 from mlxe.algos.a3c import Config as A3CConfig
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.core import Segment
+from mlxe.loading import load_config
 from mlxe.memory.episodes import EpisodeWindow, episode_targets
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 from tests.learners import Pair

@@ -13,9 +13,10 @@ import torch
 from mlxe.algos.ddpg import DDPG
 from mlxe.algos.sac import SAC, squashed_log_prob
 from mlxe.algos.td3 import TD3
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.core import Segment
 from mlxe.exploration import GaussianNoise, OrnsteinUhlenbeckNoise, UniformNoise
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.models.off_policy import NumpyActor
 from tests.learners import pair

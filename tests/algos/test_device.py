@@ -17,7 +17,8 @@ from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.algos.device import resolve_device
 from mlxe.algos.dqn import DQN
 from mlxe.algos.optim import NonFiniteError
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.checkpoints import _to_torch
 from tests.algos import test_ddpg as ddpg_tests

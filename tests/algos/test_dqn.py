@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from mlxe.algos.dqn import DQN, QPolicy, dueling_numpy, epsilon
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.core import Segment
+from mlxe.loading import load_config
 from mlxe.memory.proportional import ProportionalPriorities
 from mlxe.memory.transitions import nstep_transitions
 from mlxe.models.actor_critic import NetSpec

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from mlxe.algos.a3c import A3C
 from mlxe.algos.a3c import Config as A3CConfig
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.ops.returns import nstep_returns, td_errors, vtrace
 

@@ -8,8 +8,9 @@ from mlxe import algos
 from mlxe.algos import numpy_losses
 from mlxe.algos.on_policy import ActorCriticPolicy, Autograd
 from mlxe.algos.ppo import PPO
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.core import Segment
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.ops.sampling import sample_categorical
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mlxe.algos.trpo import TRPO, conjugate_gradient, flat_grad
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.ops.distributions import kl_divergence
 

@@ -195,8 +195,8 @@ def test_bad_wrappers_name_their_entry(wrappers, match):
     ("configs/zoo/sac/Pendulum-v1.yaml", "Pendulum-v1", 200),
 ])
 def test_a_config_without_a_cap_keeps_the_environment_s_own(config: str, env_id: str, cap: int) -> None:
-    from mlxe.config import load_config
     from mlxe.envs.factory import make_env_from_config
+    from mlxe.loading import load_config
 
     cfg = load_config(config, [f"env.id={env_id}"])
     assert cfg.env.max_episode_steps is None
@@ -205,8 +205,8 @@ def test_a_config_without_a_cap_keeps_the_environment_s_own(config: str, env_id:
 
 
 def test_the_main_job_sets_its_cap_explicitly() -> None:
-    from mlxe.config import load_config
     from mlxe.envs.vector import CartPoleVec
+    from mlxe.loading import load_config
 
     assert load_config("configs/cartpole_a3c.yaml").env.max_episode_steps == 50_000
     assert CartPoleVec(2).max_episode_steps == 500  # the fast CartPole-v1 without a cap: the env's own

@@ -51,7 +51,7 @@ def test_state_round_trip_and_shape_check():
 
 
 def filters_config(*overrides):
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     return load_config(overrides=["algo.name=ppo", "filters.obs=true", "filters.reward=true", "algo.gamma=0.9", *overrides])
 
@@ -97,8 +97,8 @@ def test_rewards_are_scaled_by_the_spread_of_the_discounted_return():
 
 
 def test_disabled_filters_pass_data_through():
-    from mlxe.config import load_config
     from mlxe.envs.filters import Filters
+    from mlxe.loading import load_config
 
     f = Filters(load_config(), NetSpec(2, 1))
     assert not f.enabled and f.state_dict() == {"obs": None, "ret": None}

@@ -12,8 +12,9 @@ from pettingzoo import ParallelEnv
 from pettingzoo.classic.rps.rps import env as rps_env  # rps_v2.env, without the deprecated import path
 from pettingzoo.classic.tictactoe.tictactoe import env as tictactoe_env
 
-from mlxe.config import ConfigError, from_dict
+from mlxe.config import ConfigError
 from mlxe.envs.multiagent import AgentRows, make_parallel_env
+from mlxe.loading import from_dict
 from mlxe.runtime.rollout import GymVec
 
 REWARDS = {"a": 1.0, "b": 2.0, "c": 3.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.memory.replay import step_layout
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic

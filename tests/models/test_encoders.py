@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, acting_network, build_torch, flat_weights, net_spec
 from mlxe.models.torch_modules import FlatActorCritic
 

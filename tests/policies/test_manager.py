@@ -3,11 +3,18 @@
 import numpy as np
 import pytest
 
-from mlxe.config import load_config
 from mlxe.core import Segment
+from mlxe.loading import load_config
 from mlxe.policies.manager import PolicyManager
+from mlxe.runtime.learner import build_algorithm
 from mlxe.runtime.setup import problem_spec
-from tests.learners import pair
+from tests.learners import Pair
+
+
+def managed(cfg, spec, seed: int) -> Pair:
+    """The policy manager with its hosts, as the runtime builds it, and its Memorizer."""
+    manager = build_algorithm(cfg, spec, seed)
+    return Pair(manager, PolicyManager.make_memorizer(cfg, spec, seed, manager))
 
 UNEVEN = ["env.id=tests.policies.envs:uneven", "env.api=pettingzoo", "algo.name=ppo", "model.trunk=[]",
           "model.policy_head=[8]", "model.value_head=[8]"]
@@ -43,7 +50,7 @@ def test_a_rule_with_the_wrong_shape_names_its_key():
 
 def test_weights_are_the_policies_weights_in_order():
     cfg, spec = uneven("policies={a: {}, b: {model: {policy_head: [6]}}}")
-    manager = PolicyManager(cfg, spec, seed=0)
+    manager = build_algorithm(cfg, spec, seed=0)
     a, b = manager.hosts.weights("a"), manager.hosts.weights("b")
     assert len(a) != len(b)
     np.testing.assert_array_equal(manager.weights(), np.concatenate([a, b]))
@@ -61,7 +68,7 @@ def test_weights_are_the_policies_weights_in_order():
 
 def test_a_segment_is_cut_into_each_policys_part():
     cfg, spec = uneven("policies={a: {}, b: {}}")
-    manager = PolicyManager(cfg, spec, seed=0)
+    manager = build_algorithm(cfg, spec, seed=0)
     T, W = 3, 4  # 2 environments x 2 agents
     obs = np.arange(T * W * 5, dtype=np.float32).reshape(T, W, 5)
     steps = {
@@ -86,7 +93,7 @@ def test_a_segment_is_cut_into_each_policys_part():
 
 def test_update_reports_each_policy_and_the_checkpoint_restores_every_one():
     cfg, spec = uneven("policies={a: {}, b: {}}", "rollout.steps=4", "algo.batch_size=4")
-    manager = pair(PolicyManager, cfg, spec, seed=0)
+    manager = managed(cfg, spec, seed=0)
     from mlxe.runtime.rollout import RolloutExecutor
     from mlxe.runtime.transport.weights import SharedWeights
 
@@ -98,7 +105,7 @@ def test_update_reports_each_policy_and_the_checkpoint_restores_every_one():
     manager.observe(segment)
     metrics = manager.update(0.0)
     assert {"a/loss", "b/loss", "a/lr", "b/lr"} <= set(metrics) and manager.updates > 0
-    fresh = pair(PolicyManager, cfg, spec, seed=1)
+    fresh = managed(cfg, spec, seed=1)
     fresh.load_state_dict(manager.state_dict())
     np.testing.assert_array_equal(fresh.weights(), manager.weights())
     assert fresh.updates == manager.updates

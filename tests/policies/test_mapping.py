@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.policies.mapping import SHARED, plan_policies, policy_of
 
 TWIN = ["env.id=mlxe.envs.twin_cartpole", "env.api=pettingzoo", "algo.name=ppo"]

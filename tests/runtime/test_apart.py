@@ -11,7 +11,8 @@ import pytest
 
 import mlxe
 from mlxe.algos.a3c import A3C
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.runtime.apart import memorizer_loop
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.transport.weights import SharedWeights

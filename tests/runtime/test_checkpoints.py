@@ -10,7 +10,8 @@ import torch
 
 import mlxe
 from mlxe.cli import main
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import (
     FORMAT,
     CheckpointDir,

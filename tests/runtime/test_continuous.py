@@ -13,8 +13,9 @@ import mlxe
 from mlxe.algos.a3c import A3C
 from mlxe.algos.on_policy import ActorCriticPolicy
 from mlxe.algos.ppo import PPO
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import build_torch, flat_weights, net_spec
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
@@ -144,7 +145,8 @@ def test_gym_vector_env_clips_box_actions_only(tmp_path):
 
 @pytest.mark.parametrize("algo", ["a2c", "pg"])
 def test_a2c_and_pg_train_on_box_actions(tmp_path, algo):
-    from mlxe.config import apply_overrides, from_dict, read_yaml
+    from mlxe.config import apply_overrides, read_yaml
+    from mlxe.loading import from_dict
 
     data = read_yaml("configs/zoo/ppo/Pendulum-v1.yaml")
     data["algo"] = {"name": algo, "gamma": 0.95, "lr": 3e-4}  # PPO's own keys would be an error here

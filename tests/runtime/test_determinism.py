@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.algos import ALGORITHMS, for_config
+from mlxe.algos import ALGORITHMS
+from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.setup import problem_spec
 from mlxe.telemetry.metrics import read_csv
@@ -49,7 +50,7 @@ def greedy_actions(cfg, state: dict) -> np.ndarray:
     """The greedy actions of the checkpoint's policy on 64 fixed observations (drawn from a generator
     of their own, scaled to the observation space's typical range)."""
     spec = problem_spec(cfg)
-    policy = for_config(cfg).make_policy(cfg, spec, seed=0)
+    policy = algorithm_class(cfg).make_policy(cfg, spec, seed=0)
     policy.load(state["weights"].numpy())
     obs = np.random.default_rng(123).normal(0.0, 1.0, (64, *spec.obs_shape)).astype(np.float32)
     actions, _, _ = policy.act(obs, policy.initial_state(len(obs)), greedy=True)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import mlxe
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 from tests.algos.test_device import tensors
 from tests.conftest import small_config

@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from mlxe.algos.on_policy import ActorCriticPolicy
-from mlxe.config import load_config
 from mlxe.envs.vector import CartPoleVec
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import build_torch, flat_weights
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.setup import problem_spec

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.telemetry.metrics import read_csv
 

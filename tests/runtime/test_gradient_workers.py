@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.learner import build_learner
 from mlxe.runtime.transport.workers import WorkerFailed

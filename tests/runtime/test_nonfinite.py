@@ -10,7 +10,7 @@ import torch
 
 import mlxe
 from mlxe.algos.optim import NonFiniteError
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.rollout import NonFiniteInput, check_finite
 from mlxe.runtime.transport.workers import WorkerFailed

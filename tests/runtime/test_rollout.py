@@ -3,8 +3,9 @@
 import pytest
 
 import mlxe
-from mlxe.config import ConfigError, load_config
+from mlxe.config import ConfigError
 from mlxe.envs.vector import CartPoleVec
+from mlxe.loading import load_config
 from mlxe.runtime.rollout import GymVec, make_vector_env
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]

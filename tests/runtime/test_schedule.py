@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mlxe
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import net_spec
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.rollout import RolloutExecutor, make_vector_env

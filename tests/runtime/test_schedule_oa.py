@@ -1,7 +1,7 @@
 """The on-policy algorithms in the online-asynchronous (OA) architecture."""
 
 import mlxe
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 
 

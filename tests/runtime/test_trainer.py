@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import mlxe
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint, save_checkpoint
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "start_method=fork"]

@@ -8,7 +8,7 @@ from PIL import Image, ImageSequence
 
 import mlxe
 from mlxe.cli import main
-from mlxe.config import load_config
+from mlxe.loading import load_config
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
          "stop.eval_return=null"]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import mlxe
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.watchdog import Heartbeats
 from mlxe.telemetry.metrics import read_csv

@@ -20,8 +20,9 @@ pytest.importorskip("uvicorn")
 import mlxe.service.policy as policy_module  # noqa: E402
 from mlxe.api import train  # noqa: E402
 from mlxe.cli import build_parser  # noqa: E402
-from mlxe.config import ConfigError, load_config, save_config  # noqa: E402
+from mlxe.config import ConfigError, save_config  # noqa: E402
 from mlxe.envs.vector import CartPoleVec  # noqa: E402
+from mlxe.loading import load_config
 from mlxe.runtime.checkpoints import checkpoint_identity, save_checkpoint  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
 from mlxe.tools.bench.compare import QUIET  # noqa: E402
@@ -69,16 +70,17 @@ def recurrent_service(recurrent_run):
 
 def evaluation_policy(run_dir: Path):
     """The policy and observation filter of ``run_dir``'s checkpoint exactly as ``mlxe.evaluate`` builds them."""
-    from mlxe.algos import for_config
-    from mlxe.config import from_dict, read_yaml
+    from mlxe.config import read_yaml
     from mlxe.envs.filters import Filters
+    from mlxe.loading import from_dict
+    from mlxe.policies.manager import algorithm_class
     from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint
     from mlxe.runtime.setup import problem_spec
 
     config = from_dict(read_yaml(run_dir / "config.yaml"))
     state = load_checkpoint(checkpoint_file(run_dir))
     spec = problem_spec(config)
-    policy = for_config(config).make_policy(config, spec, config.seed)
+    policy = algorithm_class(config).make_policy(config, spec, config.seed)
     policy.load(state["weights"].numpy())
     filters = Filters(config, spec)
     filters.load_state_dict(state.get("filters") or {})

@@ -19,8 +19,9 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from mlxe.api import TrainResult, evaluate, train  # noqa: E402
-from mlxe.config import ConfigError, load_config  # noqa: E402
+from mlxe.config import ConfigError  # noqa: E402
 from mlxe.envs.remote import RemoteVec, RunEnded, SimulatorHub, start_hub, stop_hub  # noqa: E402
+from mlxe.loading import load_config  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.service.policy import PolicyService  # noqa: E402
 from mlxe.service.simulators import SimulatorService  # noqa: E402

@@ -132,7 +132,7 @@ def test_a_run_resumed_from_an_older_checkpoint_logs_each_iteration_and_episode_
     """D7 end to end: iterations 3 and 4 logged after the checkpoint the run resumes from (as a kill -9
     before the next checkpoint leaves them), then trained again."""
     import mlxe
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
     from mlxe.runtime.checkpoints import load_checkpoint
 
     overrides = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false",

@@ -19,7 +19,8 @@ pytest.importorskip("optuna")
 import mlxe  # noqa: E402
 import mlxe.tools.tune  # noqa: E402
 from mlxe.cli import _Parser  # noqa: E402
-from mlxe.config import ConfigError, load_config, to_dict  # noqa: E402
+from mlxe.config import ConfigError, to_dict  # noqa: E402
+from mlxe.loading import load_config
 from mlxe.tools.tune import Param, make_pruner, parse_param, read_evaluations, run_trial, tune  # noqa: E402
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"

@@ -9,7 +9,8 @@
 * :mod:`.gradients`: the A3C parameter server (``ray.mode: async_gradients``);
 * :mod:`.learner`: the Learner in the driver, or in an actor with GPUs (``ray.learner_num_gpus``);
 * :mod:`.stats`: run-wide statistics, ``status.json`` and ``mlxe status``;
-* :mod:`.run`: :func:`~mlxe.runtime.ray.run.run_ray`, what ``mlxe.train`` calls.
+* :mod:`.run`: what a run on Ray holds (its Executor set, Learner, evaluation) for either schedule;
+* :mod:`.train`: :func:`~mlxe.runtime.ray.train.run_ray`, what ``mlxe.train`` calls.
 
 Nothing here is imported unless a run asks for ``backend: ray``.
 """

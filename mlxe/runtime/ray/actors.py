@@ -25,7 +25,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.core import Episode, Segment
+from mlxe.runtime.ray.backend import writable
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.watchdog import Heartbeats
@@ -103,13 +105,11 @@ class GradientActor(Actor):
     """
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
-        from mlxe import algos
-
         self.index, self.executors = index, executors
         self.weights, self.heartbeats = ObjectStoreWeights(), Heartbeats(executors)
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors, self.heartbeats)
         own = replace(cfg, executors=1)
-        self.algo = algos.for_config(cfg)(own, self.executor.spec, seed)
+        self.algo = algos.algorithm(cfg.algo.name)(own, self.executor.spec, seed)
         self.memorizer = type(self.algo).make_memorizer(own, self.executor.spec, seed, self.algo)
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
@@ -178,3 +178,41 @@ class RolloutActor(Actor):
 
     def load_state_dict(self, state: dict) -> None:
         self.executor.load_state_dict(state)
+
+
+# What a learner actor reports after each change: (updates, weights [P] float32).
+Snapshot = tuple[int, np.ndarray]
+
+
+class LearnerActor(Actor):
+    """A Learner (its Algorithm and Memorizer, made by ``build(cfg, spec, seed)``) behind remote
+    methods: the Ray backend's Learner with GPUs (:class:`~mlxe.runtime.ray.learner.LearnerSlot`
+    makes it a Ray actor with the run's resource request), or a multi-agent run's policy host."""
+
+    def __init__(self, cfg, spec, seed: int, build) -> None:
+        limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
+        self.learner = build(cfg, spec, seed)
+
+    def describe(self) -> dict:
+        """Where this actor runs, its torch device and the GPUs Ray assigned it."""
+        import ray
+
+        return {**super().describe(), "device": str(self.learner.device), "gpu_ids": list(ray.get_gpu_ids())}
+
+    def snapshot(self) -> Snapshot:
+        return self.learner.updates, self.learner.weights()
+
+    def update(self, segments: list[Segment], progress: float) -> tuple[dict[str, float], int, np.ndarray]:
+        """Hand ``segments`` to the Memorizer, then update at ``progress`` in [0, 1]: (metrics, *snapshot)."""
+        for segment in segments:
+            segment.steps = writable(segment.steps)  # torch wants to own what it wraps
+            self.learner.observe(segment)
+        metrics = self.learner.update(progress)
+        return (metrics, *self.snapshot())
+
+    def state_dict(self) -> dict:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> Snapshot:
+        self.learner.load_state_dict(state)
+        return self.snapshot()

@@ -29,6 +29,9 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
 
 from mlxe.config import Config, ConfigError
 
@@ -208,3 +211,15 @@ def release(group, resources: dict[str, float], timeout: float = 3.0) -> None:
 
     while time.monotonic() < deadline and not freed():
         time.sleep(0.05)
+
+
+def writable(obj: Any) -> Any:
+    """``obj`` with its NumPy arrays copied where Ray handed out read-only views of the object store
+    (checkpoints turn arrays into tensors, which must own writable memory)."""
+    if isinstance(obj, np.ndarray):
+        return obj if obj.flags.writeable else obj.copy()
+    if isinstance(obj, dict):
+        return {k: writable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(writable(v) for v in obj)
+    return obj

@@ -1,7 +1,7 @@
 """The Learner of a segment algorithm on Ray: in the driver (default), or in an actor of its own with GPUs.
 
 With ``ray.learner_num_gpus: g`` > 0 the Algorithm leaves the driver for a
-:class:`LearnerActor` that reserves g GPUs and :data:`~.backend.LEARNER_CPUS` CPU in a placement
+:class:`~mlxe.runtime.ray.actors.LearnerActor` that reserves g GPUs and :data:`~.backend.LEARNER_CPUS` CPU in a placement
 group of its own (:class:`LearnerSlot`, reserved before the Executors' bundles), so Ray puts it on
 a node with a GPU. Inside it is the same Learner, built with ``cfg.device``: use ``cuda`` or
 ``auto`` there (Ray sets the actor's ``CUDA_VISIBLE_DEVICES`` to its GPU, which torch then calls
@@ -27,49 +27,11 @@ from mlxe.config import Config
 from mlxe.core import Segment
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.learner import build_learner
-from mlxe.runtime.ray.actors import Actor
-from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve
-from mlxe.runtime.ray.pool import writable
+from mlxe.runtime.ray.actors import LearnerActor
+from mlxe.runtime.ray.backend import LEARNER_CPUS, release, reserve, writable
 from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.schedule import LearnerFactory
-from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
-
-# What the learner actor reports after each change: (updates, weights [P] float32).
-Snapshot = tuple[int, np.ndarray]
-
-
-class LearnerActor(Actor):
-    """``cfg.algo.name``'s Learner (its Algorithm and Memorizer) behind remote methods (a plain
-    class: :class:`LearnerSlot` makes it a Ray actor with the run's resource request)."""
-
-    def __init__(self, cfg: Config, spec: NetSpec, seed: int) -> None:
-        limit_threads(cfg.torch_threads, torch=True)  # as in the driver: the same numerics on the CPU
-        self.learner = build_learner(cfg, spec, seed)
-
-    def describe(self) -> dict:
-        """Where this actor runs, its torch device and the GPUs Ray assigned it."""
-        import ray
-
-        return {**super().describe(), "device": str(self.learner.device), "gpu_ids": list(ray.get_gpu_ids())}
-
-    def snapshot(self) -> Snapshot:
-        return self.learner.updates, self.learner.weights()
-
-    def update(self, segments: list[Segment], progress: float) -> tuple[dict[str, float], int, np.ndarray]:
-        """Hand ``segments`` to the Memorizer, then update at ``progress`` in [0, 1]: (metrics, *snapshot)."""
-        for segment in segments:
-            segment.steps = writable(segment.steps)  # torch wants to own what it wraps
-            self.learner.observe(segment)
-        metrics = self.learner.update(progress)
-        return (metrics, *self.snapshot())
-
-    def state_dict(self) -> dict:
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: dict) -> Snapshot:
-        self.learner.load_state_dict(state)
-        return self.snapshot()
 
 
 class RemoteLearner:
@@ -154,7 +116,7 @@ class LearnerSlot:
                 max_task_retries=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
             )
-            .remote(cfg, spec, seed)
+            .remote(cfg, spec, seed, build_learner)
         )
         learner = RemoteLearner(self.actor)
         self.stats.learner = {"actor": True, "name": self.name, **learner.where}

@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from mlxe.runtime.ray.backend import writable
 from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.schedule import POLL_S, STOP_GRACE_S
 from mlxe.runtime.setup import replacement_seed
@@ -217,13 +216,3 @@ class ExecutorSet:
 _DEAD = object()
 
 
-def writable(obj: Any) -> Any:
-    """``obj`` with its NumPy arrays copied where Ray handed out read-only views of the object store
-    (checkpoints turn arrays into tensors, which must own writable memory)."""
-    if isinstance(obj, np.ndarray):
-        return obj if obj.flags.writeable else obj.copy()
-    if isinstance(obj, dict):
-        return {k: writable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(writable(v) for v in obj)
-    return obj

@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlxe import algos
 from mlxe.config import Config
 from mlxe.models.actor_critic import NetSpec
+from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.ray.actors import GradientActor, RolloutActor
 from mlxe.runtime.ray.stats import RunStats
 from mlxe.runtime.setup import Seeds, problem_spec
 from mlxe.runtime.trainer import Trainer
@@ -96,7 +95,7 @@ class RayRun:
     def evaluator(self, weights):
         """The Trainer's evaluation callback: greedy episodes with ``weights()`` in the driver."""
         cfg = self.cfg
-        policy = algos.for_config(cfg).make_policy(cfg, self.spec, self.seeds.evaluation)
+        policy = algorithm_class(cfg).make_policy(cfg, self.spec, self.seeds.evaluation)
 
         def evaluate() -> float:
             policy.load(weights())
@@ -109,21 +108,6 @@ class RayRun:
         Call before ``trainer.on_episode`` counts it."""
         stats = self.trainer.stats
         return self.cfg.ray.promote_best and stats.episodes > 0 and episode.total_return > stats.best_return
-
-
-def run_ray(cfg: Config, trainer: Trainer, actor_class: type | None = None) -> str:
-    """Train on Ray until a stop condition; returns the stop reason. ``actor_class``: the Executor
-    actor (default: :class:`GradientActor` for the parameter server, :class:`RolloutActor`
-    otherwise; tests use slow subclasses)."""
-    server = cfg.ray.mode == "async_gradients"
-    with ray_run(cfg, trainer, actor_class or (GradientActor if server else RolloutActor)) as run:
-        if server:
-            from mlxe.runtime.ray.gradients import run_async_gradients
-
-            return run_async_gradients(run)
-        from mlxe.runtime.ray.rollouts import run_segments_ray
-
-        return run_segments_ray(run)
 
 
 @contextmanager

@@ -56,7 +56,8 @@ def bench_ablations(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Run the ablation study (``only``: a subset of variant labels); returns the markdown report."""
-    from mlxe.config import ConfigError, load_config
+    from mlxe.config import ConfigError
+    from mlxe.loading import load_config
 
     known = [label for label, _ in VARIANTS]
     unknown = [label for label in only or [] if label not in known]

@@ -30,7 +30,7 @@ def bench_architectures(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Run the comparison; returns the path of the markdown report."""
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     archs = archs or ["istb", "is", "ia", "oa"]
     out = bench_dir("architectures", out_dir)

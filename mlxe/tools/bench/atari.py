@@ -34,7 +34,7 @@ FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 
 def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
     from mlxe.models.actor_critic import acting_network, build_torch, flat_weights
     from mlxe.runtime.rollout import GymVec, RolloutExecutor
     from mlxe.runtime.setup import problem_spec
@@ -58,7 +58,7 @@ def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds
 def learning_curve(config: str | Path, steps: int, overrides: list[str], out: Path) -> dict:
     """One run for ``steps`` env steps; its moving-average return by env step, and a figure."""
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
     from mlxe.telemetry.metrics import read_csv
     from mlxe.telemetry.plots import line_chart
 
@@ -85,7 +85,7 @@ def bench_atari(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Run the benchmark; returns the path of the markdown report."""
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     archs, acting_envs, overrides = archs or ["is", "oa"], acting_envs or [8], list(overrides or [])
     env_id = load_config(config, overrides).env.id

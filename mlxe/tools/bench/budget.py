@@ -32,7 +32,7 @@ def bench_budget(
 ) -> Path:
     """Run the benchmark; returns the path of the markdown report."""
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     config = config or zoo_config(algo, env_id)
     out = bench_dir(f"budget-{env_id}-{algo}", out_dir)

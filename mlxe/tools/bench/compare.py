@@ -84,7 +84,7 @@ def run_variants(
     keeps what it measured.
     """
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     import_optimizer_machinery()
     results: dict[str, list[dict]] = {}

@@ -28,11 +28,11 @@ NETWORK = ["model.trunk=[256,256]", "model.policy_head=[]", "model.value_head=[]
 def experience(cfg) -> dict[str, np.ndarray]:
     """The training rows of one batch of ``envs_per_executor`` x ``rollout.steps`` env steps played
     with the initial weights."""
-    from mlxe.algos import for_config
+    from mlxe.algos import algorithm
     from mlxe.runtime.rollout import RolloutExecutor
     from mlxe.runtime.transport.weights import SharedWeights
 
-    learner = for_config(cfg)(cfg, _spec(cfg), cfg.seed)
+    learner = algorithm(cfg.algo.name)(cfg, _spec(cfg), cfg.seed)
     weights = SharedWeights(learner.weights().size)
     weights.publish(learner.weights())
     executor = RolloutExecutor(cfg, 0, weights, cfg.seed)
@@ -82,7 +82,7 @@ def bench_gradients(
 ) -> Path:
     """Time one PPO update of ``envs`` x ``steps`` rows for each K in ``workers`` (and the Learner
     alone with max(workers) threads); returns the path of the markdown report."""
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     out = bench_dir("gradients", out_dir)
     base = [*NETWORK, "arch=istb", f"envs_per_executor={envs}", f"rollout.steps={steps}",

@@ -31,7 +31,7 @@ def bench_priorities(
     out_dir: str | Path | None = None,
 ) -> Path:
     from mlxe.algos.a3c import A3C
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
     from mlxe.runtime.setup import problem_spec
 
     cfg = load_config(config, [*(overrides or []), "memory.sampler=prioritized"])

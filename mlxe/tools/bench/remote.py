@@ -95,7 +95,7 @@ def latency(client: _Client, requests: int) -> dict:
 def train_quick(config: str | Path, steps: int, overrides: list[str], out: Path) -> Path:
     """A run of ``config`` trained for ``steps`` env steps (no goal, no evaluation); its directory."""
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     cfg = load_config(config, [*QUIET, f"run.dir={out / 'runs'}", "stop.eval_return=null",
                                f"stop.max_env_steps={steps}", *overrides])

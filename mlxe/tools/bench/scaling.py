@@ -108,7 +108,7 @@ def bench_scaling(
     """
     import ray
 
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
 
     executors = executors or [1, 2, 4]
     out = bench_dir("scaling", out_dir)

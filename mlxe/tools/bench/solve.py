@@ -105,7 +105,8 @@ def bench_solve(
     ``max_steps``: the budget in env steps (default: the config's ``stop.max_env_steps``).
     """
     from mlxe.api import train
-    from mlxe.config import ConfigError, load_config
+    from mlxe.config import ConfigError
+    from mlxe.loading import load_config
 
     config = config or zoo_config(algo, env_id)
     own = load_config(config, list(overrides or []))

@@ -93,7 +93,8 @@ def bench_steps(
     """Gradient steps/s of each config's Learner on ``device`` (auto: cuda where torch sees one):
     eager, and on a GPU also as a CUDA graph. Returns the path of the markdown report."""
     from mlxe.algos.device import resolve_device
-    from mlxe.config import ConfigError, load_config
+    from mlxe.config import ConfigError
+    from mlxe.loading import load_config
     from mlxe.runtime.setup import problem_spec
 
     out = bench_dir("steps", out_dir)

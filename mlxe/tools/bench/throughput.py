@@ -30,7 +30,7 @@ def whole_loop(config: str | Path, overrides: list[str], out: Path) -> dict:
     """Train for the configured env-step budget; env steps per wall second after the first iteration
     (the steady loop: process start-up is the solve benchmark's start-up figure)."""
     from mlxe.api import train
-    from mlxe.config import load_config
+    from mlxe.loading import load_config
     from mlxe.telemetry.metrics import read_csv
 
     cfg = load_config(config, [*QUIET, f"run.dir={out / 'runs'}", "stop.eval_return=null", *overrides])
@@ -51,8 +51,8 @@ def _rate(step, seconds: float) -> float:
 
 def acting_only(config: str | Path, num_envs: int, seconds: float = 2.0) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
-    from mlxe.config import load_config
     from mlxe.envs.vector import CartPoleVec
+    from mlxe.loading import load_config
     from mlxe.models.actor_critic import NumpyActorCritic
     from mlxe.runtime.rollout import RolloutExecutor
     from mlxe.runtime.setup import problem_spec

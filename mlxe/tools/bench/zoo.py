@@ -57,8 +57,8 @@ def bench_zoo(
     """Run the benchmark; returns the path of ``zoo.md``."""
     import yaml
 
-    from mlxe.config import load_config
     from mlxe.defaults import defaults_for
+    from mlxe.loading import load_config
 
     out = bench_dir("zoo-defaults" if defaults else "zoo", out_dir)
     rows = []

@@ -15,7 +15,7 @@ import numpy as np
 
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.ray.actors import RolloutActor
-from mlxe.runtime.ray.run import run_ray
+from mlxe.runtime.ray.train import run_ray
 from mlxe.runtime.trainer import Trainer, new_run_dir
 from mlxe.telemetry.metrics import read_csv
 

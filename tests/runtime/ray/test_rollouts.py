@@ -8,7 +8,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import mlxe  # noqa: E402
-from mlxe.config import ConfigError, load_config  # noqa: E402
+from mlxe.config import ConfigError  # noqa: E402
+from mlxe.loading import load_config  # noqa: E402
 from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402

@@ -5,7 +5,7 @@ import pytest
 
 from mlxe.algos.a3c import A3C
 from mlxe.algos.a3c import Config as A3CConfig
-from mlxe.config import load_config
+from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.ray.server import (
     AverageCombiner,

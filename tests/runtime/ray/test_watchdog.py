@@ -10,7 +10,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import mlxe  # noqa: E402
-from mlxe.config import load_config  # noqa: E402
+from mlxe.loading import load_config  # noqa: E402
 from mlxe.telemetry.metrics import read_csv  # noqa: E402
 from tests.runtime.ray.helpers import local_ray, status  # noqa: E402
 

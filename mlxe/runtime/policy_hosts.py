@@ -1,4 +1,5 @@
-"""Where the policies of a multi-agent run learn (``learner.placement``).
+"""Where the policies of a multi-agent run learn (``learner.placement``): the hosts the runtime
+hands the policy manager (:class:`mlxe.policies.manager.PolicyManager`).
 
 * ``sequential``: each policy's Algorithm in the Learner's process, updated one after another.
 * ``processes``: each in a process of its own, all updated at once (MARO's multi-process policy
@@ -19,23 +20,17 @@ import numpy as np
 
 from mlxe.config import Config
 from mlxe.core import Segment
+from mlxe.policies.manager import learned_policies
 from mlxe.policies.mapping import PolicyPlan
 
 POLL_S = 0.5  # seconds between liveness checks while waiting for a policy process
 
 
-def _build(cfg: Config, spec, seed: int):
-    """A policy's Learner: its Algorithm and Memorizer, in this process."""
-    from mlxe.runtime.learner import build_learner
-
-    return build_learner(cfg, spec, seed)
-
-
 class InProcess:
     """The policies' Learners in this process (``sequential``)."""
 
-    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config) -> None:
-        self.learners = {p.name: _build(p.cfg, p.spec, s) for p, s in zip(plans, seeds)}
+    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config, build) -> None:
+        self.learners = {p.name: build(p.cfg, p.spec, s) for p, s in zip(plans, seeds)}
         self.device = next(iter(self.learners.values())).device if self.learners else "cpu"
 
     def observe(self, name: str, segment: Segment) -> None:
@@ -89,14 +84,14 @@ class _Remote:
         return self._weights[name]
 
 
-def policy_loop(channel, cfg: Config, spec, seed: int, torch_threads: int) -> None:
+def policy_loop(channel, build, cfg: Config, spec, seed: int, torch_threads: int) -> None:
     """A policy's Algorithm behind a channel: ``("update", segments, progress)`` -> ``("update",
     metrics, updates, weights)``; ``("snapshot",)``; ``("state_dict",)``; ``("load_state_dict",
     state)`` -> a snapshot; ``("close",)`` ends the loop."""
     from mlxe.runtime.threads import limit_threads
 
     limit_threads(torch_threads, torch=True)
-    learner = _build(cfg, spec, seed)
+    learner = build(cfg, spec, seed)
     while True:
         msg = channel.recv()
         if msg[0] == "close":
@@ -118,13 +113,13 @@ def policy_loop(channel, cfg: Config, spec, seed: int, torch_threads: int) -> No
 class Processes(_Remote):
     """A process per policy (``processes``), started with the run's ``start_method``."""
 
-    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config) -> None:
+    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config, build) -> None:
         from mlxe.runtime.setup import context
         from mlxe.runtime.transport.workers import ProcessPool
 
         super().__init__([p.name for p in plans])
         workers = [
-            (f"policy-{p.name}", policy_loop, (p.cfg, p.spec, s, run.torch_threads)) for p, s in zip(plans, seeds)
+            (f"policy-{p.name}", policy_loop, (build, p.cfg, p.spec, s, run.torch_threads)) for p, s in zip(plans, seeds)
         ]
         self.pool = ProcessPool(workers, context(run, autograd=True), run.torch_threads)
         for name, reply in self._ask_all(("snapshot",)).items():
@@ -162,21 +157,21 @@ class Processes(_Remote):
 
 
 class RayActors(_Remote):
-    """A Ray actor per policy (``ray``): :class:`mlxe.runtime.ray.learner.LearnerActor`, reserving
+    """A Ray actor per policy (``ray``): :class:`mlxe.runtime.ray.actors.LearnerActor`, reserving
     one CPU and the policy's ``num_gpus``."""
 
-    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config) -> None:
+    def __init__(self, plans: list[PolicyPlan], seeds: list[int], run: Config, build) -> None:
         import ray
 
+        from mlxe.runtime.ray.actors import LearnerActor
         from mlxe.runtime.ray.backend import LEARNER_CPUS
-        from mlxe.runtime.ray.learner import LearnerActor
 
         super().__init__([p.name for p in plans])
         gpus = {name: policy.num_gpus for name, policy in run.policies.items()}
         self.actors = {
             p.name: ray.remote(LearnerActor)
             .options(num_cpus=LEARNER_CPUS, num_gpus=gpus.get(p.name, 0.0), max_restarts=0, max_task_retries=0)
-            .remote(p.cfg, p.spec, s)
+            .remote(p.cfg, p.spec, s, build)
             for p, s in zip(plans, seeds)
         }
         for name, snapshot in self._call_all("snapshot").items():
@@ -186,7 +181,7 @@ class RayActors(_Remote):
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
-        from mlxe.runtime.ray.pool import writable
+        from mlxe.runtime.ray.backend import writable
         from mlxe.runtime.transport.workers import WorkerFailed
 
         refs = {name: getattr(actor, method).remote(*(args or {}).get(name, ())) for name, actor in self.actors.items()}
@@ -221,3 +216,10 @@ class RayActors(_Remote):
 
 
 PLACEMENTS = {"sequential": InProcess, "processes": Processes, "ray": RayActors}
+
+
+def place_policies(cfg: Config, seed: int, build):
+    """The hosts of the learned policies of ``cfg`` (a multi-agent run), where ``learner.placement``
+    puts them, each policy's Learner made there by ``build(policy_cfg, spec, seed)``."""
+    plans, seeds = learned_policies(cfg, seed)
+    return PLACEMENTS[cfg.learner.placement](plans, seeds, cfg, build)
