@@ -402,8 +402,11 @@ class LearnerConfig:
     gradient_engine: Literal["auto", "gloo", "ray"] = "auto"
     # Where the Memorizer and the Learner run: "learner": the Memorizer in the Learner's process, one
     # after the other (the study's IS); "process": each in a process of its own, the Learner learning
-    # continuously beside the Executors (the study's OA, with arch: oa).
-    memorizer: Literal["learner", "process"] = "learner"
+    # continuously beside the Executors (the study's OA, with arch: oa); "ray": in Ray actors, the
+    # replay shards that the Executors feed and the Learner samples (Ape-X, with backend: ray).
+    memorizer: Literal["learner", "process", "ray"] = "learner"
+    # learner.memorizer ray: the Memorizer's shards, each with 1/N of the replay (N > 1: replay algorithms)
+    replay_shards: int = 1
 
 
 @dataclass
@@ -633,6 +636,7 @@ def check(cfg: Config) -> None:
     _check_remote(cfg)
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
+    _check_memorizer_ray(cfg)
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:
@@ -719,6 +723,30 @@ def _check_gradient_workers(cfg: Config) -> None:
         raise ConfigError(f"learner.gradient_workers: {k!r} is not allowed; expected an integer >= 1")
     if k > 1 and cfg.learner.gradient_engine == "ray" and cfg.backend != "ray":
         raise ConfigError("learner.gradient_engine: 'ray' puts the gradient workers in Ray actors; it needs backend: ray")
+
+
+def _check_memorizer_ray(cfg: Config) -> None:
+    """``learner.memorizer: ray``: the Memorizer in Ray actors (Ape-X's replay shards), on the Ray backend."""
+    shards = cfg.learner.replay_shards
+    if shards < 1:
+        raise ConfigError(f"learner.replay_shards: {shards!r} is not allowed; expected an integer >= 1")
+    check_at_most("learner.replay_shards", shards, MAX_WORKERS)
+    if cfg.learner.memorizer != "ray":
+        if shards != 1:
+            raise ConfigError(
+                f"learner.replay_shards: {shards} is not read: the shards are Ray actors; set learner.memorizer: "
+                "ray (with backend: ray), or remove it"
+            )
+        return
+    refused = [
+        (cfg.backend != "ray", f"backend: {cfg.backend!r} (the shards are Ray actors; expected backend: ray)"),
+        (cfg.ray.mode == "async_gradients", "ray.mode: 'async_gradients' (the parameter server has no Learner "
+                                            "to hand out to)"),
+        (cfg.env.api == "pettingzoo", "env.api: 'pettingzoo' (each policy's Learner has its own Memorizer)"),
+    ]
+    for refuse, why in refused:
+        if refuse:
+            raise ConfigError(f"learner.memorizer: 'ray' is not allowed with {why}; or set learner.memorizer: 'learner'")
 
 
 def _check_memorizer_process(cfg: Config) -> None:

@@ -182,6 +182,10 @@ class Memorizer(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""
 
+    def close(self) -> None:
+        """Release what the Memorizer holds outside this process (a placement's actors)."""
+        return None
+
 
 class GradientWorkers(Protocol):
     """K - 1 processes or actors computing minibatch shares' gradients for one Learner
@@ -283,6 +287,11 @@ class Algorithm(ABC):
     # Memorizer per Executor) compute gradients on what they stored; the server's instance applies
     # them. An algorithm with ``parameter_server`` implements the three methods below.
     parameter_server: ClassVar[bool] = False
+
+    # Whether the Memorizer may be split in replay shards (``learner.replay_shards`` > 1, Ape-X): a
+    # replay of single transitions, whose ``algo.buffer_size`` and ``algo.learning_starts`` each shard
+    # holds a share of, and whose batches need no row of another shard.
+    sharded_replay: ClassVar[bool] = False
 
     def worker_gradients(
         self, memorizer: Memorizer, weights: np.ndarray, workers: int

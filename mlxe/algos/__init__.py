@@ -92,6 +92,12 @@ def check(cfg: Config) -> None:
             f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
             f"expected 1, or algo.name {_able('data_parallel')}"
         )
+    shards = cfg.learner.replay_shards
+    if shards > 1 and not own.sharded_replay:
+        raise ConfigError(
+            f"learner.replay_shards: {shards} is not allowed with algo.name {cfg.algo.name!r} (its Memorizer is not "
+            f"a replay of single transitions to split); expected 1, or algo.name {_able('sharded_replay')}"
+        )
     if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not own.parameter_server:
         raise ConfigError(
             f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no parameter-server "

@@ -199,6 +199,7 @@ class DDPG(Algorithm):
     """Actor, critics and their target copies over one replay fed by every Executor."""
 
     Config = Config
+    sharded_replay = True  # Ape-X's replay shards
     critics: ClassVar[int] = 1  # Q networks (TD3 and SAC: two)
     has_actor_target: ClassVar[bool] = True  # a target copy of the actor (SAC's targets read the current actor)
 

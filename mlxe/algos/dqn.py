@@ -184,6 +184,7 @@ class DQN(Algorithm):
     """Online and target Q-networks, a replay, and the gradient steps that keep the update-to-data ratio."""
 
     Config = Config
+    sharded_replay = True  # Ape-X's replay shards
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:

@@ -65,11 +65,20 @@ class Learner:
         if "learner" not in state:
             state = {"learner": state}
         self.algorithm.load_state_dict(state["learner"])
-        self.memorizer.load_state_dict(state.get("memorizer", state["learner"]))
+        memorized = state.get("memorizer", state["learner"])
+        if "shards" in memorized and not hasattr(self.memorizer, "shards"):  # kept by replay shards (Ape-X)
+            if len(memorized["shards"]) != 1:
+                raise ValueError(
+                    f"learner.memorizer: this checkpoint holds {len(memorized['shards'])} replay shards; resume "
+                    "with learner.memorizer: ray and as many learner.replay_shards"
+                )
+            memorized = memorized["shards"][0]
+        self.memorizer.load_state_dict(memorized)
         self.memorizer.refresh(self.algorithm.weights())
 
     def close(self) -> None:
         self.algorithm.close()
+        self.memorizer.close()
 
 
 def build_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
@@ -85,10 +94,15 @@ def build_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
 def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
     """The run's Learner: ``cfg``'s Algorithm (:func:`build_algorithm`) and the Memorizer it needs,
     in this process; with ``learner.memorizer: process``, each in a process of its own
-    (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA)."""
+    (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA); with ``ray``, the Memorizer in Ray
+    actors (:class:`~mlxe.runtime.ray.replay.ReplayShards`, Ape-X's replay shards)."""
     if cfg.learner.memorizer == "process":
         from mlxe.runtime.apart import ApartLearner
 
         return ApartLearner(cfg, spec, seed)
     algorithm = build_algorithm(cfg, spec, seed)
+    if cfg.learner.memorizer == "ray":
+        from mlxe.runtime.ray.replay import ReplayShards
+
+        return Learner(algorithm, ReplayShards(cfg, spec, seed))
     return Learner(algorithm, type(algorithm).make_memorizer(cfg, spec, seed, algorithm))

@@ -8,6 +8,7 @@
 * :mod:`.rollouts`: the local schedule over Ray actors (``ray.mode`` sync and async_experience);
 * :mod:`.gradients`: the A3C parameter server (``ray.mode: async_gradients``);
 * :mod:`.learner`: the Learner in the driver, or in an actor with GPUs (``ray.learner_num_gpus``);
+* :mod:`.replay`: the Memorizer in Ray actors, Ape-X's replay shards (``learner.memorizer: ray``);
 * :mod:`.stats`: run-wide statistics, ``status.json`` and ``mlxe status``;
 * :mod:`.run`: what a run on Ray holds (its Executor set, Learner, evaluation) for either schedule;
 * :mod:`.train`: :func:`~mlxe.runtime.ray.train.run_ray`, what ``mlxe.train`` calls.
