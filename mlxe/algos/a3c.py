@@ -43,7 +43,8 @@ from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import Greedy, make_exploration
 from mlxe.memory.episodes import EpisodeMemory
-from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
+from mlxe.models.actor_critic import NetSpec, flat_weights
+from mlxe.models.network import acting_network
 from mlxe.ops.distributions import categorical
 from mlxe.ops.sampling import softmax
 
@@ -212,7 +213,7 @@ class A3C(Algorithm):
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         import torch
 
-        from mlxe.models.actor_critic import build_torch
+        from mlxe.models.network import build_torch
 
         super().__init__(cfg, spec, seed)
         if spec.continuous:

@@ -36,7 +36,8 @@ from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay
-from mlxe.models.actor_critic import NetSpec, acting_network, flat_weights
+from mlxe.models.actor_critic import NetSpec, flat_weights
+from mlxe.models.network import acting_network
 from mlxe.ops.sampling import sample_categorical
 
 
@@ -197,7 +198,7 @@ class DQN(Algorithm):
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         import torch
 
-        from mlxe.models.actor_critic import build_torch
+        from mlxe.models.network import build_torch
 
         super().__init__(cfg, spec, seed)
         require_discrete(spec)

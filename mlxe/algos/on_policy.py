@@ -39,7 +39,8 @@ from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
-from mlxe.models.actor_critic import NetSpec, acting_network, share_flat
+from mlxe.models.actor_critic import NetSpec, share_flat
+from mlxe.models.network import acting_network
 from mlxe.ops.returns import gae
 from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical
 
@@ -231,7 +232,7 @@ class OnPolicy(Algorithm):
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         import torch
 
-        from mlxe.models.actor_critic import build_torch
+        from mlxe.models.network import build_torch
 
         super().__init__(cfg, spec, seed)
         torch.manual_seed(seed)

@@ -19,7 +19,8 @@ import numpy as np
 
 from mlxe.memory.priorities import Priorities
 from mlxe.memory.replay import ReplayMemory, step_layout
-from mlxe.models.actor_critic import NetSpec, acting_network
+from mlxe.models.actor_critic import NetSpec
+from mlxe.models.network import acting_network
 from mlxe.ops.returns import td_errors, vtrace
 from mlxe.ops.sampling import log_softmax
 

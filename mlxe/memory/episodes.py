@@ -21,7 +21,8 @@ import numpy as np
 from mlxe.core import Handout, Memorizer, Segment
 from mlxe.envs.cartpole_task import failure_discounts
 from mlxe.memory.episode_replay import EpisodeReplay
-from mlxe.models.actor_critic import NetSpec, acting_network
+from mlxe.models.actor_critic import NetSpec
+from mlxe.models.network import acting_network
 from mlxe.ops.returns import discounted_returns, nstep_returns
 
 # (obs, next_obs, action, extrinsic rewards) -> the rewards to store: a curiosity module's extrinsic +

@@ -19,7 +19,7 @@ weights are scaled by 0.01 and its biases are 0 (mean outputs) or softplus^-1(ex
 Two implementations act with the same weights:
 
 * :class:`~mlxe.models.torch_modules.ActorCritic`, the torch module the Learner trains (and, for
-  networks other than the MLP, what the Executors act with: :func:`acting_network`);
+  networks other than the MLP, what the Executors act with: :func:`mlxe.models.network.acting_network`);
 * :class:`NumpyActorCritic`, a NumPy mirror of the MLP the Executors act with. For one observation
   at a time a torch forward pass costs ~60 us of framework overhead, the NumPy mirror ~15 us
   (measured on the default 128-256-128 / 64-128-64 network), and acting is where the time of a
@@ -271,27 +271,27 @@ class NetSpec:
 
 @functools.lru_cache(maxsize=16)
 def _custom_params(spec: NetSpec) -> int:
-    """P of a network with a user's module: counted on one built on the CPU."""
-    return sum(p.numel() for p in build_torch(spec).parameters())
+    """P of a network with a user's module: the module's, counted on one built on the CPU, and the
+    state-independent log-std's."""
+    return sum(p.numel() for p in load_custom(spec).parameters()) + spec.log_std_params()
 
 
-def build_torch(spec: NetSpec):
-    """The torch module of ``spec``, :class:`mlxe.models.torch_modules.ActorCritic` (imported
-    lazily: Executors do not need torch when the NumPy mirror acts)."""
-    from mlxe.models.torch_modules import ActorCritic
+def load_custom(spec: NetSpec):
+    """``Class(spec)`` of ``spec.custom`` ("package.module:Class"), a ``torch.nn.Module``; a
+    ConfigError naming ``model.custom``."""
+    import importlib
 
-    return ActorCritic(spec)
+    from torch import nn
 
-
-def acting_network(spec: NetSpec, flat: np.ndarray):
-    """What a Policy acts with over the flat weight vector ``flat`` (kept by reference, as
-    :class:`NumpyActorCritic`): the NumPy mirror for an MLP, else the torch module run without
-    gradients (:class:`mlxe.models.torch_modules.FlatActorCritic`), with the same interface."""
-    if spec.numpy_acting:
-        return NumpyActorCritic(spec, flat)
-    from mlxe.models.torch_modules import FlatActorCritic
-
-    return FlatActorCritic(spec, flat)
+    module_name, _, class_name = spec.custom.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"model.custom: cannot load {spec.custom!r} (expected 'package.module:Class'): {exc}") from exc
+    module = cls(spec)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"model.custom: {spec.custom!r} built a {type(module).__name__}, not a torch.nn.Module")
+    return module
 
 
 def flat_weights(model) -> np.ndarray:

@@ -10,7 +10,6 @@ the same initial weights on every device.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import MIN_STD, NetSpec
+from mlxe.models.actor_critic import MIN_STD, NetSpec, load_custom
 from mlxe.models.cores import RecurrentCore
 from mlxe.models.encoders import ACTIVATIONS, as_float, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
@@ -187,19 +186,6 @@ class QCritics(nn.Module):
     def weight_matrices(self) -> list[torch.Tensor]:
         """Every Linear layer's weight (what an L2 penalty reads)."""
         return [m.weight for m in self.modules() if isinstance(m, nn.Linear)]
-
-
-def load_custom(spec: NetSpec) -> nn.Module:
-    """``Class(spec)`` of ``spec.custom`` ("package.module:Class"); a ConfigError naming ``model.custom``."""
-    module_name, _, class_name = spec.custom.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"model.custom: cannot load {spec.custom!r} (expected 'package.module:Class'): {exc}") from exc
-    module = cls(spec)
-    if not isinstance(module, nn.Module):
-        raise ConfigError(f"model.custom: {spec.custom!r} built a {type(module).__name__}, not a torch.nn.Module")
-    return module
 
 
 def check_custom(model: ActorCritic, spec: NetSpec) -> None:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch, flat_weights
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
 from mlxe.models.backprop import Backprop
+from mlxe.models.network import build_torch
 from mlxe.ops.distributions import log_prob_entropy
 
 BOX = {"action_low": (-2.0, -1.0), "action_high": (2.0, 3.0)}

@@ -8,7 +8,8 @@ import mlxe
 from mlxe.algos.on_policy import episode_starts
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, acting_network, build_torch, flat_weights
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights
+from mlxe.models.network import acting_network, build_torch
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights

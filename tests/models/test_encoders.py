@@ -7,7 +7,8 @@ import torch
 
 from mlxe.config import ConfigError
 from mlxe.loading import load_config
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, acting_network, build_torch, flat_weights, net_spec
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights, net_spec
+from mlxe.models.network import acting_network, build_torch
 from mlxe.models.torch_modules import FlatActorCritic
 
 IMAGE = dict(obs_shape=(4, 20, 20), obs_dtype="uint8", trunk=(16,), policy_head=(), value_head=())

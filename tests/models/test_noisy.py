@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, build_torch
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.models.network import build_torch
 from mlxe.models.torch_modules import NoisyLinear
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,), noisy_policy=True)

@@ -16,7 +16,8 @@ from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
 from mlxe.loading import load_config
-from mlxe.models.actor_critic import build_torch, flat_weights, net_spec
+from mlxe.models.actor_critic import flat_weights, net_spec
+from mlxe.models.network import build_torch
 from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
 from mlxe.runtime.setup import problem_spec

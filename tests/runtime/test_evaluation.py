@@ -6,7 +6,8 @@ import torch
 from mlxe.algos.on_policy import ActorCriticPolicy
 from mlxe.envs.vector import CartPoleVec
 from mlxe.loading import load_config
-from mlxe.models.actor_critic import build_torch, flat_weights
+from mlxe.models.actor_critic import flat_weights
+from mlxe.models.network import build_torch
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.setup import problem_spec
 

@@ -11,7 +11,8 @@ from mlxe import algos
 from mlxe.algos.dqn import DQN
 from mlxe.config import ConfigError
 from mlxe.memory.episodes import EpisodeWindow
-from mlxe.models.actor_critic import build_torch, flat_weights
+from mlxe.models.actor_critic import flat_weights
+from mlxe.models.network import build_torch
 from mlxe.runtime.rollout import RolloutExecutor, rollout_loop
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights

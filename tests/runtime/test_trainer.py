@@ -8,7 +8,9 @@ import torch
 
 import mlxe
 from mlxe.loading import load_config
+from mlxe.models.network import build_torch
 from mlxe.runtime.checkpoints import checkpoint_file, load_checkpoint, save_checkpoint
+from mlxe.runtime.setup import problem_spec
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "start_method=fork"]
 
@@ -50,7 +52,7 @@ def test_best_pt_of_an_on_policy_run_holds_the_weights_that_played_the_goal_epis
     assert best["trainer"]["env_steps"] == last["trainer"]["env_steps"]
     assert last["learner"]["updates"] - best["learner"]["updates"] == cfg.algo.epochs
     assert not np.array_equal(best["weights"].numpy(), last["weights"].numpy())
-    model = mlxe.models.actor_critic.build_torch(mlxe.runtime.setup.problem_spec(cfg))
+    model = build_torch(problem_spec(cfg))
     model.load_state_dict(best["learner"]["main"])  # IS: the Learner saved beside them had not moved yet
     np.testing.assert_array_equal(best["weights"].numpy(), mlxe.models.actor_critic.flat_weights(model))
 
@@ -118,7 +120,7 @@ def test_under_oa_best_pt_acts_with_the_weights_that_played_the_goal_episode(tmp
     result = mlxe.train(cfg)
     assert result.summary["stop_reason"] == "goal_episode_length"
     best = load_checkpoint(checkpoint_file(result.run_dir))
-    model = mlxe.models.actor_critic.build_torch(mlxe.runtime.setup.problem_spec(cfg))
+    model = build_torch(problem_spec(cfg))
     model.load_state_dict(best["learner"]["main"])
     learner_weights = mlxe.models.actor_critic.flat_weights(model)
     # OA: the goal segment was played one version behind the Learner saved beside it

@@ -35,7 +35,8 @@ FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
     from mlxe.loading import load_config
-    from mlxe.models.actor_critic import acting_network, build_torch, flat_weights
+    from mlxe.models.actor_critic import flat_weights
+    from mlxe.models.network import acting_network, build_torch
     from mlxe.runtime.rollout import GymVec, RolloutExecutor
     from mlxe.runtime.setup import problem_spec
     from mlxe.runtime.threads import limit_threads

@@ -1,0 +1,28 @@
+"""The network a :class:`~mlxe.models.actor_critic.NetSpec` describes, as each role needs it: the
+torch module the Learner trains, and what an Executor acts with (the NumPy mirror of an MLP, which
+needs no torch; otherwise the torch module over the flat weights, imported only then)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+
+
+def build_torch(spec: NetSpec):
+    """The torch module of ``spec``, :class:`mlxe.models.torch_modules.ActorCritic` (imported
+    lazily: Executors do not need torch when the NumPy mirror acts)."""
+    from mlxe.models.torch_modules import ActorCritic
+
+    return ActorCritic(spec)
+
+
+def acting_network(spec: NetSpec, flat: np.ndarray):
+    """What a Policy acts with over the flat weight vector ``flat`` (kept by reference, as
+    :class:`NumpyActorCritic`): the NumPy mirror for an MLP, else the torch module run without
+    gradients (:class:`mlxe.models.torch_modules.FlatActorCritic`), with the same interface."""
+    if spec.numpy_acting:
+        return NumpyActorCritic(spec, flat)
+    from mlxe.models.torch_modules import FlatActorCritic
+
+    return FlatActorCritic(spec, flat)
