@@ -199,7 +199,7 @@ def evaluate(
     seed = config.seed if seed is None else seed
     policy = algorithm_class(config).make_policy(config, spec, seed)
     policy.load(state["weights"].numpy())
-    filters = Filters(config, spec)  # the observation statistics the policy was trained with
+    filters = Filters(config.filters, config.algo.gamma, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
     if video is not None:
         from mlxe.runtime.video import record_video

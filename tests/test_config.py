@@ -903,7 +903,7 @@ def test_model_keys_the_configured_encoder_reads_are_accepted():
 def _spec(space, actions, *overrides):
     from mlxe.models.actor_critic import net_spec
 
-    return net_spec(load_config(None, ["algo.name=ppo", *overrides]), space, actions)
+    return net_spec(load_config(None, ["algo.name=ppo", *overrides]).model, space, actions)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
-from mlxe.config import ConfigError
+from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs import pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
@@ -272,17 +272,17 @@ def observation_parts(space: gymnasium.Space) -> tuple[tuple[tuple[int, ...], st
     return tuple(parts)
 
 
-def make_env_from_config(cfg, *, training: bool = True):
-    """The environment of ``cfg.env``; evaluation (``training=False``) starts without adverse starts."""
+def make_env_from_config(e: EnvConfig, *, training: bool = True):
+    """The environment of the ``env`` section ``e``; evaluation (``training=False``) starts without
+    adverse starts."""
     task = None
-    if cfg.env.task.enabled:
+    if e.task.enabled:
         task = {
-            "x_squared": cfg.env.task.x_squared,
-            "adverse_starts": cfg.env.task.adverse_starts and training,
-            "shaped_reward": cfg.env.task.shaped_reward,
-            "failure_reward": cfg.env.task.failure_reward,
+            "x_squared": e.task.x_squared,
+            "adverse_starts": e.task.adverse_starts and training,
+            "shaped_reward": e.task.shaped_reward,
+            "failure_reward": e.task.failure_reward,
         }
-    e = cfg.env
     return make_env(
         e.id, kwargs=e.kwargs, max_episode_steps=e.max_episode_steps, task=task, atari=e.atari,
         frame_stack=e.frame_stack, wrappers=e.wrappers,

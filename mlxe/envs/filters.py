@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.config import ConfigError
+from mlxe.config import ConfigError, FilterConfig
 
 
 class RunningMeanStd:
@@ -66,7 +66,8 @@ class RunningMeanStd:
 
 
 class Filters:
-    """A run's observation and reward normalization (``cfg.filters``), as the Executors apply it.
+    """A run's observation and reward normalization (the ``filters`` section, with the algorithm's
+    discount ``gamma``), as the Executors apply it.
 
     * Observations: ``(o - mean) / std`` over every observation seen, clipped to +-``clip``.
     * Rewards: ``r / std(R)`` clipped, where ``R = gamma R + r`` is each environment's running
@@ -80,15 +81,15 @@ class Filters:
     statistics are those of all the data of all Executors.
     """
 
-    def __init__(self, cfg, spec) -> None:
-        if cfg.filters.obs and not (len(spec.obs_shape) == 1 and spec.obs_dtype == "float32"):
+    def __init__(self, filters: FilterConfig, gamma: float, spec) -> None:
+        if filters.obs and not (len(spec.obs_shape) == 1 and spec.obs_dtype == "float32"):
             raise ConfigError(
                 f"filters.obs: normalizes flat float observations, the environment gives {spec.obs_dtype} of shape "
                 f"{spec.obs_shape}; set filters.obs=false"
             )
-        self.obs = RunningMeanStd(spec.obs_shape) if cfg.filters.obs else None
-        self.ret = RunningMeanStd(()) if cfg.filters.reward else None
-        self.clip, self.gamma = cfg.filters.clip, cfg.algo.gamma
+        self.obs = RunningMeanStd(spec.obs_shape) if filters.obs else None
+        self.ret = RunningMeanStd(()) if filters.reward else None
+        self.clip, self.gamma = filters.clip, gamma
 
     @property
     def enabled(self) -> bool:

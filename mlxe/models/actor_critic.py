@@ -43,7 +43,7 @@ from numbers import Integral
 
 import numpy as np
 
-from mlxe.config import ConfigError, check_model_reads
+from mlxe.config import ConfigError, ModelConfig, check_model_reads
 from mlxe.models.noisy import NumpyNoisyLinear
 
 MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
@@ -494,14 +494,13 @@ class NumpyActorCritic:
         return self.features(obs)
 
 
-def net_spec(cfg, observation_space, actions) -> NetSpec:
-    """The network of ``cfg.model`` for an environment's observation space and ``actions`` as
+def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
+    """The network of the ``model`` section ``m`` for an environment's observation space and ``actions`` as
     :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, or a 1-D Box
     space). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
     (Discrete), ``cnn`` (an image: a 3-D Box)."""
     from mlxe.envs.factory import observation_layout, observation_parts
 
-    m = cfg.model
     shape, dtype, categories = observation_layout(observation_space)
     parts = observation_parts(observation_space)
     box = {}

@@ -104,7 +104,7 @@ def plan_policies(cfg: Config) -> tuple[list[PolicyPlan], int]:
                 cfg, env=dataclasses.replace(cfg.env, api="gymnasium"), policies={}, agent_to_policy={}
             )
             obs_space = image_space if image else Box(-np.inf, np.inf, (dims[first],), np.float32)
-            plan.spec = net_spec(plan.cfg, obs_space, actions)
+            plan.spec = net_spec(plan.cfg.model, obs_space, actions)
         plans.append(plan)
     return plans, len(agents)
 

@@ -41,7 +41,7 @@ class GymVec:
     def __init__(self, cfg, num_envs: int, seed: int, training: bool = True) -> None:
         import gymnasium as gym
 
-        self.envs = [make_env_from_config(cfg, training=training) for _ in range(num_envs)]
+        self.envs = [make_env_from_config(cfg.env, training=training) for _ in range(num_envs)]
         self.num_envs = num_envs
         self.observation_space, self.n_actions = env_spaces(self.envs[0])
         shape, dtype, _ = observation_layout(self.observation_space)
@@ -158,7 +158,7 @@ class RolloutExecutor:
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index)
-        self.spec = net_spec(cfg, self.env.observation_space, self.env.n_actions)
+        self.spec = net_spec(cfg.model, self.env.observation_space, self.env.n_actions)
         self.weights = weights
         algorithm = algorithm_class(cfg)
         self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
@@ -167,8 +167,8 @@ class RolloutExecutor:
         self.record = algorithm.record(cfg, self.spec)
         self.until_episode_end = algorithm.iteration == "episode"
         self.fields = {**step_fields(self.spec), **self.record}
-        self.filters = Filters(cfg, self.spec)  # the run-wide statistics + what this Executor saw since
-        self.fresh = Filters(cfg, self.spec)  # what this Executor saw in its current segment
+        self.filters = Filters(cfg.filters, cfg.algo.gamma, self.spec)  # the run-wide statistics + what this Executor saw since
+        self.fresh = Filters(cfg.filters, cfg.algo.gamma, self.spec)  # what this Executor saw in its current segment
         self.start(seeded=True)
 
     def start(self, seeded: bool = False) -> None:
@@ -219,7 +219,7 @@ class RolloutExecutor:
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
-        self.fresh = Filters(self.cfg, self.spec)
+        self.fresh = Filters(self.cfg.filters, self.cfg.algo.gamma, self.spec)
         T, E = steps or self.cfg.rollout.steps, self.env.num_envs
         data = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends

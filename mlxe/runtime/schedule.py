@@ -281,7 +281,7 @@ def last_line(failure: WorkerFailed) -> str:
 def run_local(cfg: Config, trainer: Trainer) -> str:
     """Train on local processes (ISTB: threads) until a stop condition; returns the stop reason."""
     probe = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, probe.observation_space, probe.n_actions)
+    spec = net_spec(cfg.model, probe.observation_space, probe.n_actions)
     probe.close()
     seeds = Seeds.derive(cfg.seed, cfg.num_executors())
     restored = trainer.restored
@@ -322,7 +322,7 @@ def train(
     (default: ``cfg.algo.name``'s Algorithm and its Memorizer, in this process too)."""
     limit_threads(cfg.torch_threads, torch=True)
     algorithm = algorithm_class(cfg)
-    filters = Filters(cfg, spec)  # run-wide statistics, merged from every Executor's segments
+    filters = Filters(cfg.filters, cfg.algo.gamma, spec)  # run-wide statistics, merged from every Executor's segments
     learner = (make_learner or build_learner)(cfg, spec, seeds.learner)
     try:
         return _schedule(cfg, trainer, spec, seeds, rollouts, algorithm, learner, filters)

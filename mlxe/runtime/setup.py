@@ -39,16 +39,16 @@ def problem_spec(cfg: Config) -> NetSpec:
     if cfg.env.api == "remote":
         from mlxe.envs.remote import remote_spaces
 
-        return net_spec(cfg, *remote_spaces(cfg.env.remote))
+        return net_spec(cfg.model, *remote_spaces(cfg.env.remote))
     if cfg.env.api == "pettingzoo":
         from mlxe.runtime.rollout import make_vector_env
 
         probe = make_vector_env(cfg, 1, 0)
         probe.close()
-        return net_spec(cfg, probe.observation_space, probe.n_actions)
-    env = make_env_from_config(cfg)
+        return net_spec(cfg.model, probe.observation_space, probe.n_actions)
+    env = make_env_from_config(cfg.env)
     try:
-        return net_spec(cfg, *env_spaces(env))
+        return net_spec(cfg.model, *env_spaces(env))
     finally:
         env.close()
 

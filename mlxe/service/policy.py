@@ -116,7 +116,7 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
     check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
     policy = algorithm_class(config).make_policy(config, spec, config.seed)
     policy.load(state["weights"].numpy())
-    filters = Filters(config, spec)  # the observation statistics the policy was trained with
+    filters = Filters(config.filters, config.algo.gamma, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
     if spec.continuous:
         bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))

@@ -200,8 +200,8 @@ def test_a_config_without_a_cap_keeps_the_environment_s_own(config: str, env_id:
 
     cfg = load_config(config, [f"env.id={env_id}"])
     assert cfg.env.max_episode_steps is None
-    assert make_env_from_config(cfg).spec.max_episode_steps == cap
-    assert make_env_from_config(load_config(config, [f"env.id={env_id}", "env.max_episode_steps=7"])).spec.max_episode_steps == 7
+    assert make_env_from_config(cfg.env).spec.max_episode_steps == cap
+    assert make_env_from_config(load_config(config, [f"env.id={env_id}", "env.max_episode_steps=7"]).env).spec.max_episode_steps == 7
 
 
 def test_the_main_job_sets_its_cap_explicitly() -> None:

@@ -62,9 +62,9 @@ def test_executors_fresh_statistics_merge_into_the_global_ones():
     cfg = filters_config()
     rng = np.random.default_rng(2)
     batches = [rng.normal(4.0, 3.0, size=(5, 3)) for _ in range(6)]
-    learner = Filters(cfg, NetSpec(3, 1))
+    learner = Filters(cfg.filters, cfg.algo.gamma, NetSpec(3, 1))
     for part in (batches[:2], batches[2:]):  # two Executors, each starting from the global statistics
-        executor, fresh = Filters(cfg, NetSpec(3, 1)), Filters(cfg, NetSpec(3, 1))
+        executor, fresh = Filters(cfg.filters, cfg.algo.gamma, NetSpec(3, 1)), Filters(cfg.filters, cfg.algo.gamma, NetSpec(3, 1))
         executor.load_state_dict(learner.state_dict())
         for b in part:
             executor.observe_obs(b, fresh)
@@ -80,7 +80,7 @@ def test_rewards_are_scaled_by_the_spread_of_the_discounted_return():
     from mlxe.envs.filters import Filters
 
     cfg = filters_config("filters.clip=100")
-    f, fresh = Filters(cfg, NetSpec(1, 1)), Filters(cfg, NetSpec(1, 1))
+    f, fresh = Filters(cfg.filters, cfg.algo.gamma, NetSpec(1, 1)), Filters(cfg.filters, cfg.algo.gamma, NetSpec(1, 1))
     returns = np.zeros(2)
     seen = []
     for t in range(4):
@@ -100,7 +100,8 @@ def test_disabled_filters_pass_data_through():
     from mlxe.envs.filters import Filters
     from mlxe.loading import load_config
 
-    f = Filters(load_config(), NetSpec(2, 1))
+    cfg = load_config()
+    f = Filters(cfg.filters, cfg.algo.gamma, NetSpec(2, 1))
     assert not f.enabled and f.state_dict() == {"obs": None, "ret": None}
     obs = np.array([[1.5, -2.0]])
     np.testing.assert_array_equal(f.normalize_obs(obs), obs)

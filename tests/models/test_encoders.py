@@ -117,7 +117,7 @@ def test_noisy_acting_draws_the_numpy_mirrors_noise():
 
 
 def spec_of(space, *overrides, actions=3):
-    return net_spec(load_config(None, list(overrides)), space, actions)
+    return net_spec(load_config(None, list(overrides)).model, space, actions)
 
 
 def test_auto_encoder_by_observation_space():

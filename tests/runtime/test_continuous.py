@@ -57,7 +57,7 @@ def pendulum_config(tmp_path, *overrides):
 def rollout_executor(cfg, seed=1):
     """A RolloutExecutor acting with a freshly initialised model of ``cfg``."""
     env = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, env.observation_space, env.n_actions)
+    spec = net_spec(cfg.model, env.observation_space, env.n_actions)
     torch.manual_seed(0)
     weights = SharedWeights(spec.num_params())
     weights.publish(flat_weights(build_torch(spec)))
@@ -67,7 +67,7 @@ def rollout_executor(cfg, seed=1):
 def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123) -> float:
     """Mean undiscounted return of ``episodes`` greedy episodes (one per environment of a GymVec)."""
     env = GymVec(cfg, episodes, seed)
-    policy = ActorCriticPolicy(net_spec(cfg, env.observation_space, env.n_actions), seed=0)
+    policy = ActorCriticPolicy(net_spec(cfg.model, env.observation_space, env.n_actions), seed=0)
     policy.load(weights)
     obs, total = env.reset(), np.zeros(episodes)
     for _ in range(200):  # Pendulum-v1: every episode is cut at its 200-step cap
@@ -80,15 +80,15 @@ def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123)
 
 def test_env_spaces_and_net_spec_of_a_box_action_space(tmp_path):
     cfg = pendulum_config(tmp_path, "model.std=softplus", "model.log_std_init=-1.5")
-    observation_space, actions = env_spaces(make_env_from_config(cfg))
+    observation_space, actions = env_spaces(make_env_from_config(cfg.env))
     assert observation_space.shape == (3,) and isinstance(actions, gymnasium.spaces.Box)
-    spec = net_spec(cfg, observation_space, actions)
+    spec = net_spec(cfg.model, observation_space, actions)
     assert spec.continuous and spec.n_actions == 1
     assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
     assert spec.std == "softplus" and spec.log_std_init == -1.5
-    assert not net_spec(pendulum_config(tmp_path), gymnasium.spaces.Box(-1, 1, (4,)), 2).continuous
+    assert not net_spec(pendulum_config(tmp_path).model, gymnasium.spaces.Box(-1, 1, (4,)), 2).continuous
     with pytest.raises(ConfigError, match="model.std"):  # a Gaussian's settings on Discrete actions
-        net_spec(cfg, gymnasium.spaces.Box(-1, 1, (4,)), 2)
+        net_spec(cfg.model, gymnasium.spaces.Box(-1, 1, (4,)), 2)
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_ppo_learns_pendulum(tmp_path):
     cfg = pendulum_config(tmp_path, "seed=0", "stop.eval_return=null", "stop.max_env_steps=65536")
     result = mlxe.train(cfg)
     assert result.summary["stop_reason"] == "max_env_steps"
-    spec = net_spec(cfg, *env_spaces(make_env_from_config(cfg)))
+    spec = net_spec(cfg.model, *env_spaces(make_env_from_config(cfg.env)))
     model = build_torch(spec)
     model.load_state_dict(load_checkpoint(result.run_dir)["learner"]["main"])
     assert greedy_return(cfg, flat_weights(model)) >= -400
@@ -177,7 +177,7 @@ def test_halfcheetah_config_loads_with_filters_and_a_gaussian_head(tmp_path):
     assert cfg.env.id == "HalfCheetah-v5" and cfg.filters.obs and cfg.filters.reward
     assert cfg.model.log_std_init == -2.0 and cfg.algo.name == "ppo"
     pytest.importorskip("mujoco")
-    spec = net_spec(cfg, *env_spaces(make_env_from_config(cfg)))
+    spec = net_spec(cfg.model, *env_spaces(make_env_from_config(cfg.env)))
     assert spec.continuous and spec.n_actions == 6 and spec.action_low == (-1.0,) * 6
 
 

@@ -19,7 +19,7 @@ def ppo_config(tmp_path, *overrides):
 
 def executor(cfg):
     env = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg, env.observation_space, env.n_actions)
+    spec = net_spec(cfg.model, env.observation_space, env.n_actions)
     weights = SharedWeights(spec.num_params())
     weights.publish(np.random.default_rng(0).normal(0, 0.1, spec.num_params()).astype(np.float32))
     return RolloutExecutor(cfg, 0, weights, seed=1)

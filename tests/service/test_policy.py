@@ -82,7 +82,7 @@ def evaluation_policy(run_dir: Path):
     spec = problem_spec(config)
     policy = algorithm_class(config).make_policy(config, spec, config.seed)
     policy.load(state["weights"].numpy())
-    filters = Filters(config, spec)
+    filters = Filters(config.filters, config.algo.gamma, spec)
     filters.load_state_dict(state.get("filters") or {})
     return policy, filters
 

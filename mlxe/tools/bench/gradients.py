@@ -44,7 +44,7 @@ def _spec(cfg):
     from mlxe.models.actor_critic import net_spec
 
     env = CartPoleVec(1)
-    return net_spec(cfg, env.observation_space, env.n_actions)
+    return net_spec(cfg.model, env.observation_space, env.n_actions)
 
 
 def time_updates(cfg, rows: dict[str, np.ndarray], rounds: int) -> list[float]:
