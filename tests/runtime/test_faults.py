@@ -244,7 +244,9 @@ def test_a_disk_that_fills_while_logging_stops_the_run_with_one_error(tmp_path, 
 
 @pytest.mark.parametrize("arch", ["is", "oa"])
 def test_a_second_ctrl_c_aborts_and_says_so(tmp_path, arch):
-    proc, run_dir = start_run(tmp_path, f"arch={arch}", *(["executors=1"] if arch == "oa" else []))
+    # iterations of a second or more (200 epochs): the second Ctrl-C comes while the first one's
+    # iteration is still being finished, not after the run has ended (then there is nothing to abort)
+    proc, run_dir = start_run(tmp_path, f"arch={arch}", "algo.epochs=200", *(["executors=1"] if arch == "oa" else []))
     try:
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.05)
