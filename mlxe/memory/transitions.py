@@ -151,9 +151,10 @@ class TransitionReplay(Memorizer):
         rows = self.rng.integers(len(self.memory), size=batch_size)
         return self.memory.gather(rows), rows
 
-    def prioritize(self, td_error: np.ndarray) -> None:
-        """The new priorities of the batch last drawn, from its TD errors [B]."""
-        self.priorities.update(self.rows, td_error)
+    def prioritize(self, td_error: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """The new priorities of a batch from its TD errors [B]: the batch last drawn, or the one of
+        ``rows`` (a batch drawn earlier, whose priorities come back later: replay shards)."""
+        self.priorities.update(self.rows if rows is None else rows, td_error)
 
     def metrics(self) -> dict[str, float]:
         return {"replay": len(self.memory)}

@@ -76,7 +76,7 @@ class MemorizerShard:
         return batches, rows, handout.episodes, self.memorizer.metrics()
 
     def prioritize(self, rows: np.ndarray, td_error: np.ndarray) -> None:
-        self.memorizer.priorities.update(rows, td_error)
+        self.memorizer.prioritize(td_error, rows)
 
     def state_dict(self) -> dict:
         return self.memorizer.state_dict()
