@@ -29,7 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -187,23 +187,6 @@ class Memorizer(ABC):
         return None
 
 
-class GradientWorkers(Protocol):
-    """K - 1 processes or actors computing minibatch shares' gradients for one Learner
-    (``learner.gradient_workers``: K, the Learner included)."""
-
-    count: int  # K - 1
-
-    def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
-        """Have worker i compute :meth:`Algorithm.get_gradients` of ``shares[i]`` at ``weights`` [P]
-        (at most ``count`` shares) while the caller goes on."""
-
-    def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
-        """The gradients [P] and loss terms of the shares given to :meth:`start`, in their order."""
-
-    def close(self) -> None:
-        """Stop the workers."""
-
-
 class Algorithm(ABC):
     """The Learner's math for one algorithm.
 
@@ -244,10 +227,14 @@ class Algorithm(ABC):
 
     @classmethod
     @abstractmethod
-    def make_memorizer(cls, cfg: Config, spec: NetSpec, seed: int, learner: Algorithm | None = None) -> Memorizer:
+    def make_memorizer(
+        cls, cfg: Config, spec: NetSpec, seed: int, learner: Algorithm | None = None, shares: int = 1
+    ) -> Memorizer:
         """The Memorizer that prepares this algorithm's data, its RNG seeded with ``seed``; ``learner``:
         the algorithm when the Memorizer runs in its process (what it may read of it there, e.g. a
-        curiosity module's rewards), None where it runs apart."""
+        curiosity module's rewards), None where it runs apart. ``shares``: how many Memorizers of the
+        run each hold a share of what one would, fed by some of the Executors (Ape-X's replay shards,
+        a parameter-server worker's replay): this one holds and hands out its share."""
 
     @abstractmethod
     def learn(self, handout: Handout, progress: float) -> dict[str, float]:
@@ -269,56 +256,42 @@ class Algorithm(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` onto this algorithm's device."""
 
-    # -- gradients computed elsewhere: optional ----------------------------------------------------
-    # Data-parallel learning (``learner.gradient_workers``, MARO's grad workers): an algorithm with
-    # ``data_parallel`` splits each minibatch in shares of rows; ``self.gradient_workers`` (set by
-    # the runtime, None otherwise) computes the other shares' ``get_gradients`` while it computes
-    # its own, and it applies their mean.
-    data_parallel: ClassVar[bool] = False
-    gradient_workers: GradientWorkers | None = None
-
-    def get_gradients(self, batch: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict[str, float]]:
-        """The gradient [P] float32 of the loss at the current weights on ``batch`` (rows of a
-        minibatch as the update prepared it: targets included, normalized), averaged over its rows,
-        and the loss terms (means over its rows); ``progress`` as in :meth:`learn`."""
-        raise NotImplementedError(f"{type(self).__name__} has no data-parallel mode")
-
-    # The parameter server (``ray.mode: async_gradients``): workers (one algorithm instance and its
-    # Memorizer per Executor) compute gradients on what they stored; the server's instance applies
-    # them. An algorithm with ``parameter_server`` implements the three methods below.
-    parameter_server: ClassVar[bool] = False
-
     # Whether the Memorizer may be split in replay shards (``learner.replay_shards`` > 1, Ape-X): a
-    # replay of single transitions, whose ``algo.buffer_size`` and ``algo.learning_starts`` each shard
-    # holds a share of, and whose batches need no row of another shard.
+    # replay of single transitions whose batches need no row of another shard.
     sharded_replay: ClassVar[bool] = False
 
-    def worker_gradients(
-        self, memorizer: Memorizer, weights: np.ndarray, workers: int
-    ) -> tuple[np.ndarray, dict[str, float]] | None:
-        """A worker's next gradient [P] float32 of the loss at ``weights`` [P] on what its
-        ``memorizer`` stored, with the loss terms; None when it owes none until it stores more
-        (``workers``: how many share the run's updates)."""
-        raise NotImplementedError(f"{type(self).__name__} has no parameter-server mode")
-
-    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
-        """One optimizer step with ``grad`` [P] (combined from the workers') as the gradient;
-        ``progress`` as in :meth:`learn` (for annealed schedules)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot apply gradients")
-
-    def server_iteration(self, episodes: int) -> dict[str, float]:
-        """The server's iteration boundary, ``episodes`` finished run-wide so far (also called once at
-        start): advance the schedules that :meth:`learn` would (e.g. the learning rate); returns
-        metrics to log with the loss terms (e.g. ``lr``)."""
-        return {}
-
     def close(self) -> None:
-        """Release what the algorithm holds beyond this process (its gradient workers, a multi-agent
-        run's policy processes or actors); called once when the run ends."""
-        if self.gradient_workers is not None:
-            self.gradient_workers.close()
-            self.gradient_workers = None
+        """Release what the algorithm holds beyond this process (a multi-agent run's policy processes
+        or actors); called once when the run ends."""
+        return None
 
     def adopt(self, weights: np.ndarray) -> None:
         """Make ``weights`` [P] (as :meth:`weights` gives them) the model's: best-score promotion."""
         raise NotImplementedError(f"{type(self).__name__} cannot adopt weights")
+
+
+@runtime_checkable
+class Gradients(Protocol):
+    """Optional, beside :class:`Algorithm`: an algorithm whose update steps along the gradient of a
+    loss averaged over a batch's rows. Through these three methods the runtime places that math
+    elsewhere: gradient workers compute shares of each minibatch's gradient for one Learner
+    (``learner.gradient_workers``, MARO's grad workers), and a parameter server applies the
+    gradients its Executors compute on their own Memorizer's batches (``ray.mode: async_gradients``,
+    RELAAX's DA3C). An algorithm without such gradients (TRPO's second-order step) sets the three to
+    None."""
+
+    def batch(self, handed: Any) -> dict[str, np.ndarray]:
+        """One batch as the Memorizer handed it out, made what the loss reads (targets computed with
+        the current weights where the algorithm computes them)."""
+
+    def gradient(
+        self, weights: np.ndarray, batch: dict[str, np.ndarray], progress: float
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The loss's gradient [P] float32 at ``weights`` [P] (adopted) on ``batch``, averaged over its
+        rows and unclipped, with the loss's terms (means over its rows); ``progress`` as in
+        :meth:`Algorithm.learn`."""
+
+    def apply_gradient(self, grad: np.ndarray, progress: float) -> dict[str, float]:
+        """One optimizer step with ``grad`` [P] as the loss's gradient at ``progress``: clipped to the
+        algorithm's ``max_grad_norm``, skipped if not finite. Returns ``grad_norm`` (before clipping),
+        ``lr`` and ``nonfinite_steps``."""

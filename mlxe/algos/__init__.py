@@ -14,6 +14,7 @@ import importlib
 from typing import Any
 
 from mlxe.config import AlgoConfig, Config, ConfigError, CuriosityConfig, MemoryConfig, build, changed_keys, to_dict
+from mlxe.core import Algorithm, Gradients
 
 ALGORITHMS = {
     "a3c": "mlxe.algos.a3c",
@@ -86,28 +87,36 @@ def check(cfg: Config) -> None:
                 f"{', '.join(readers) or 'no algorithm'}); remove it"
             )
     k = cfg.learner.gradient_workers
-    if k > 1 and (multi_agent or not own.data_parallel):
+    if k > 1 and (multi_agent or not data_parallel(own)):
         what = "a multi-agent run (env.api 'pettingzoo')" if multi_agent else f"algo.name {cfg.algo.name!r}"
         raise ConfigError(
             f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
-            f"expected 1, or algo.name {_able('data_parallel')}"
+            f"expected 1, or algo.name {_able(data_parallel)}"
         )
     shards = cfg.learner.replay_shards
     if shards > 1 and not own.sharded_replay:
         raise ConfigError(
             f"learner.replay_shards: {shards} is not allowed with algo.name {cfg.algo.name!r} (its Memorizer is not "
-            f"a replay of single transitions to split); expected 1, or algo.name {_able('sharded_replay')}"
+            f"a replay of single transitions to split); expected 1, or algo.name {_able(lambda a: a.sharded_replay)}"
         )
-    if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not own.parameter_server:
+    if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not issubclass(own, Gradients):
         raise ConfigError(
-            f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no parameter-server "
-            f"mode); expected algo.name {_able('parameter_server')}, or ray.mode 'sync' or "
-            "'async_experience'"
+            f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no gradient to "
+            f"send to a parameter server); expected algo.name {_able(lambda a: issubclass(a, Gradients))}, or "
+            "ray.mode 'sync' or 'async_experience'"
         )
 
 
-def _able(capability: str) -> str:
-    return " or ".join(repr(n) for n in ALGORITHMS if getattr(algorithm(n), capability))
+def data_parallel(cls: type[Algorithm]) -> bool:
+    """Whether gradient workers can share ``cls``'s minibatch steps: the on-policy family's first-order
+    members (the placement wraps their gradient path)."""
+    from mlxe.algos.on_policy import OnPolicy
+
+    return issubclass(cls, OnPolicy) and issubclass(cls, Gradients)
+
+
+def _able(capable) -> str:
+    return " or ".join(repr(n) for n in ALGORITHMS if capable(algorithm(n)))
 
 
 def check_policy(name: str, cfg: Config) -> None:

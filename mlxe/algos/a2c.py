@@ -40,7 +40,6 @@ class A2C(on_policy.OnPolicy):
     """One full-batch actor-critic step per iteration on the iteration's segments."""
 
     Config = Config
-    parameter_server = True  # one gradient per segment: RELAAX's DA3C
 
     def make_optimizer(self):
         import torch

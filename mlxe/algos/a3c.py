@@ -200,7 +200,6 @@ class A3C(Algorithm):
 
     Config = Config
     iteration = "episode"
-    parameter_server = True  # workers owe their share of the minimum-updates rule as gradients
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
@@ -225,22 +224,22 @@ class A3C(Algorithm):
         self.optimizer = Deferred(lambda: torch.optim.RAdam(self.main.parameters(), lr=self.algo.lr, foreach=True))
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.iterations = self.episodes = self.promotions = 0
-        self.owed = 0  # a parameter-server worker: gradients owed
         every = self.algo.promote_best_every
         self.best = BestModel(every) if every is not None else None
         self.curiosity = IntrinsicReward(cfg.icm, spec, self.device) if cfg.icm.enabled else None
         self._reset_versions()
 
     @classmethod
-    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner: A3C | None = None) -> EpisodeMemory:
-        """The study's replay of episode windows; with curiosity on, the stored rewards add the
-        Learner's intrinsic reward (so the Memorizer runs in its process)."""
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner: A3C | None = None, shares: int = 1) -> EpisodeMemory:
+        """The study's replay of episode windows (a parameter-server worker's: its share, and its share
+        of the minimum-updates rule); with curiosity on, the stored rewards add the Learner's
+        intrinsic reward (so the Memorizer runs in its process)."""
         rewards = None
         if cfg.icm.enabled:
             if learner is None:
                 raise ConfigError("icm.enabled: the curiosity module's rewards need the Memorizer in the Learner's process")
             rewards = learner.curiosity.rewards
-        return EpisodeMemory(cfg, spec, seed, cfg.num_executors(), rewards)
+        return EpisodeMemory(cfg, spec, seed, cfg.num_executors(), rewards, shares)
 
     def _reset_versions(self) -> None:
         """Versions count publications from this (re)start: 1 for the weights published first, then
@@ -349,58 +348,41 @@ class A3C(Algorithm):
         self.updates += 1
         return torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm])
 
-    # -- the parameter server ------------------------------------------------------------------
-    def worker_gradients(
-        self, memorizer: EpisodeMemory, weights: np.ndarray, workers: int
-    ) -> tuple[np.ndarray, dict[str, float]] | None:
-        """A worker's next gradient at ``weights`` on a fresh batch of its own replay. After each
-        episode it owes ceil(max(min_updates, workers * N // batch + 1) / workers) of them for N
-        stored rows: the minimum-updates rule, shared between the workers."""
-        memorizer.refresh(weights)  # what the worker plays (and bootstraps) with next
-        if memorizer.scores:  # episodes stored since: re-weight with the newest weights (the priority
-            memorizer.scores.clear()  # exponent anneals per run-wide episode)
-            memorizer.reweight(memorizer.episodes * workers)
-            self.owed = -(-memorizer.batches_due(len(memorizer) * workers) // workers)
-        if self.owed == 0:
-            return None
-        self.owed -= 1
-        return self.gradient(weights, memorizer.replay.batch())
+    # -- gradients placed elsewhere (mlxe.core.Gradients: the parameter server) --------------------
+    def batch(self, handed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A replay batch is what the loss reads (its Memorizer computed the targets)."""
+        return handed
 
-    def gradient(self, weights: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
-        """The gradient [P] of the loss on ``batch`` at ``weights`` [P], clipped to ``max_grad_norm``,
-        with the loss terms (the main model is left at ``weights``)."""
+    def gradient(
+        self, weights: np.ndarray, batch: dict[str, np.ndarray], progress: float
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The loss's gradient [P] on ``batch`` at ``weights``, unclipped, with its terms (the main
+        model is left at ``weights``)."""
         import torch
 
-        params = list(self.main.parameters())
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(np.asarray(weights, np.float32)).to(self.device), params)
+        self.adopt(weights)
         if self.spec.noisy_policy:
             self.main.reset_noise()
         loss, (value_loss, policy_loss, entropy) = self.loss(batch)
-        for p in params:
-            p.grad = None
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu().numpy()
-        stats = torch.stack([loss.detach(), value_loss, policy_loss, entropy, grad_norm]).tolist()
-        return grad, dict(zip(LOSS_STATS, stats))
+        grad = torch.cat([p.grad.reshape(-1) for p in self.main.parameters()]).cpu().numpy()
+        return grad, dict(zip(LOSS_STATS, torch.stack([loss.detach(), value_loss, policy_loss, entropy]).tolist()))
 
-    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
+    def apply_gradient(self, grad: np.ndarray, progress: float) -> dict[str, float]:
+        """One step at the learning rate :meth:`learn` decayed last (by episodes, not ``progress``)."""
         import torch
 
-        # progress is unused: A3C's learning rate decays by run-wide episodes (server_iteration)
         flat = torch.tensor(grad, dtype=torch.float32, device=self.device)  # a copy: Ray's replies are read-only
         offset = 0
         for p in self.main.parameters():
             p.grad = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        self.finite.step(self.optimizer, float(np.linalg.norm(grad)))
+        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm))
+        self.finite.step(self.optimizer, grad_norm)
         self.updates += 1
-
-    def server_iteration(self, episodes: int) -> dict[str, float]:
-        self.episodes = episodes
-        self.decay_learning_rate()
-        return {"lr": self.learning_rate(episodes), "nonfinite_steps": self.finite.skipped}
+        return {"grad_norm": grad_norm, "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_steps": self.finite.skipped}
 
     def adopt(self, weights: np.ndarray) -> None:
         import torch

@@ -35,7 +35,7 @@ from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
-from mlxe.memory.transitions import TransitionReplay
+from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights
 from mlxe.models.off_policy import NumpyActor, actor_params, check_spec
 
@@ -256,9 +256,9 @@ class DDPG(Algorithm):
         return Deferred(lambda: torch.optim.Adam(params(), lr=lr, fused=True, capturable=self.captured))
 
     @classmethod
-    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> TransitionReplay:
-        """Every Executor's n-step transitions in one replay (Ape-X's layout)."""
-        a = cfg.algo
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None, shares: int = 1) -> TransitionReplay:
+        """Every Executor's n-step transitions in one replay (Ape-X's layout), or in one of ``shares``."""
+        a = replay_share(cfg.algo, shares)
         return TransitionReplay(
             spec, a.buffer_size, a.n_step, a.gamma, a.learning_starts, a.updates_per_step, a.batch_size, seed
         )

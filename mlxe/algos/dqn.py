@@ -35,7 +35,7 @@ from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
-from mlxe.memory.transitions import TransitionReplay
+from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights
 from mlxe.models.network import acting_network
 from mlxe.ops.sampling import sample_categorical
@@ -219,9 +219,10 @@ class DQN(Algorithm):
         self.graph = CapturedStep(self.gradient_step, self.device) if captured else None
 
     @classmethod
-    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> Transitions:
-        """Every Executor's n-step transitions in one replay (Ape-X's layout), prioritized or not."""
-        return Transitions(cfg.algo, spec, seed)
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None, shares: int = 1) -> Transitions:
+        """Every Executor's n-step transitions in one replay (Ape-X's layout), or in one of
+        ``shares``, prioritized or not."""
+        return Transitions(replay_share(cfg.algo, shares), spec, seed)
 
     # -- loss -------------------------------------------------------------------------------------
     def q_values(self, model, obs):

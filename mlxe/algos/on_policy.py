@@ -219,8 +219,6 @@ class OnPolicy(Algorithm):
     ``prepare``, ``targets``).
     """
 
-    data_parallel = True  # every loss of the family is a mean over rows
-
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
         return {"logp": Field(), "value": Field()}
@@ -272,7 +270,7 @@ class OnPolicy(Algorithm):
         return mb
 
     @classmethod
-    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None) -> IterationSegments:
+    def make_memorizer(cls, cfg, spec: NetSpec, seed: int, learner=None, shares: int = 1) -> IterationSegments:
         """The iteration's segments, handed out once (their targets read this Learner's networks)."""
         return IterationSegments()
 
@@ -346,6 +344,11 @@ class OnPolicy(Algorithm):
             info = self.update(self.gather([self.targets(segment) for segment in segments]), progress)
         return info
 
+    def batch(self, segments: list[Segment]) -> dict[str, np.ndarray]:
+        """Segments handed out as one batch the loss reads whole: their targets, then ``prepare``
+        (a parameter-server worker's gradient is one step on it)."""
+        return self.prepare(self.gather([self.targets(segment) for segment in segments]))
+
     def update(self, batch: dict[str, np.ndarray], progress: float) -> dict[str, float]:
         """``epochs`` passes of minibatch steps over ``batch``."""
         lr = self.lr(progress)
@@ -400,97 +403,37 @@ class OnPolicy(Algorithm):
         return self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
 
     def step(self, mb: dict, progress: float) -> dict:
-        """One optimizer step on a minibatch: its gradient (shared with the gradient workers, where the
-        Learner has them), clipped to ``max_grad_norm``; returns the loss's terms and ``grad_norm``."""
-        if self.gradient_workers is None:
-            terms = self.backprop.gradient(mb, progress)
-        else:
-            terms = self.shared_gradient(mb, progress)
+        """One optimizer step on a minibatch: its gradient (by ``backprop``, which the runtime may
+        share with gradient workers), clipped to ``max_grad_norm``; returns the loss's terms and
+        ``grad_norm``."""
+        terms = self.backprop.gradient(mb, progress)
         grad_norm = self.backprop.clip(self.max_grad_norm)
         self.finite.step(self.optimizer, grad_norm)
         return terms | {"grad_norm": grad_norm}
 
-    def shared_gradient(self, mb: dict, progress: float) -> dict[str, float]:
-        """MARO's grad workers: the minibatch in K shares of rows; the workers compute shares 1..K-1
-        at the current weights while this Learner computes share 0. Each loss being a mean over rows,
-        the K gradients' mean weighted by rows is the whole minibatch's gradient."""
-        import torch
-
-        shares = self.split(mb, self.gradient_workers.count + 1)
-        rows = np.array([len(share["action"]) for share in shares], np.float64)
-        weight = rows / rows.sum()
-        sent = [{k: np.asarray(v.cpu()) if isinstance(v, torch.Tensor) else v for k, v in s.items()} for s in shares[1:]]
-        self.gradient_workers.start(self.weights(), sent, progress)
-        terms = {k: weight[0] * float(v) for k, v in self.backprop.gradient(shares[0], progress).items()}
-        grad = self.flat.grad  # the NumPy path's gradient memory too
-        with torch.no_grad():
-            grad.mul_(float(weight[0]))
-            for (theirs, info), w in zip(self.gradient_workers.finish(), weight[1:]):
-                grad.add_(torch.from_numpy(theirs).to(self.device), alpha=float(w))
-                terms = {k: v + w * info[k] for k, v in terms.items()}
-        return terms
-
-    def split(self, mb: dict, k: int) -> list[dict]:
-        """A minibatch in at most ``k`` shares as even as can be: of rows, or of whole sequences for
-        a recurrent network (fields as :meth:`take` lays them out)."""
-        if not self.spec.recurrent:
-            n = len(mb["action"])
-            bounds = np.linspace(0, n, min(k, n) + 1).round().astype(int).tolist()
-            return [{key: v[a:b] for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
-        S = mb["obs"].shape[1]
-        bounds = np.linspace(0, S, min(k, S) + 1).round().astype(int).tolist()
-
-        def part(key: str, v, a: int, b: int):
-            if key.startswith("state."):
-                return v[a:b]
-            if key in ("obs", "resets"):
-                return v[:, a:b]
-            return v.reshape(-1, S, *v.shape[1:])[:, a:b].reshape(-1, *v.shape[1:])  # time-major rows
-
-        return [{key: part(key, v, a, b) for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
-
-    # -- gradients computed elsewhere ---------------------------------------------------------------
-    def get_gradients(self, batch: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict[str, float]]:
-        """A gradient worker's share: the loss's gradient [P] on ``batch`` at the current weights
-        (:meth:`adopt` them first), unclipped, and its terms. The worker checks its gradient path on
-        its first share as the Learner does on its first batch, so that both train the same loss."""
+    # -- gradients placed elsewhere (mlxe.core.Gradients) ----------------------------------------
+    def gradient(
+        self, weights: np.ndarray, batch: dict[str, np.ndarray], progress: float
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The loss's gradient [P] on ``batch`` at ``weights``, unclipped, and its terms. The gradient
+        path is checked on the first batch as the Learner's is, so that both train the same loss."""
+        self.adopt(weights)
         self.backprop = self.backprop.ready(batch, progress)
         terms = self.backprop.gradient(self.backprop.batch(batch), progress)
         return self.flat.grad.cpu().numpy().copy(), {k: float(v) for k, v in terms.items()}
 
-    def worker_gradients(
-        self, memorizer: IterationSegments, weights: np.ndarray, workers: int
-    ) -> tuple[np.ndarray, dict[str, float]] | None:
-        """A worker's gradient [P] of the loss on its fresh segments, at ``weights`` [P] (those that
-        played them: their targets too), clipped to ``max_grad_norm``; None before it has stored one.
-        Its loss is read at progress 0 (the parameter server's members anneal only their learning rate)."""
+    def apply_gradient(self, grad: np.ndarray, progress: float) -> dict[str, float]:
         import torch
 
-        segments = next(iter(memorizer.handout(0.0).batches), None)
-        if segments is None:
-            return None
-        self.adopt(weights)
-        data = self.gather([self.targets(segment) for segment in segments])
-        batch = {k: torch.as_tensor(v, device=self.device) for k, v in data.items()}
-        loss, terms = self.loss(batch, 0.0)
-        self.flat.grad.zero_()
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_([self.flat], self.max_grad_norm, foreach=True)
-        stats = {"loss": loss, **terms, "grad_norm": grad_norm}
-        return self.flat.grad.cpu().numpy().copy(), {k: float(v) for k, v in stats.items()}
-
-    def apply_gradients(self, grad: np.ndarray, progress: float) -> None:
-        import torch
-
+        lr = self.lr(progress)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr(progress)  # annealed per update, as update() does per iteration
+            group["lr"] = lr  # annealed per update, as update() does per iteration
         with torch.no_grad():
             self.flat.grad.copy_(torch.tensor(grad, dtype=torch.float32))  # a copy: Ray's replies are read-only
-        self.finite.step(self.optimizer, float(np.linalg.norm(grad)))
+        grad_norm = float(self.backprop.clip(self.max_grad_norm))
+        self.finite.step(self.optimizer, grad_norm)
         self.updates += 1
-
-    def server_iteration(self, episodes: int) -> dict[str, float]:
-        return {"lr": self.optimizer.param_groups[0]["lr"], "nonfinite_steps": self.finite.skipped}
+        return {"grad_norm": grad_norm, "lr": lr, "nonfinite_steps": self.finite.skipped}
 
     def adopt(self, weights: np.ndarray) -> None:
         import torch

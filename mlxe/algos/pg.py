@@ -33,7 +33,6 @@ class PG(on_policy.OnPolicy):
     """One full-batch REINFORCE step per iteration."""
 
     Config = Config
-    parameter_server = True  # one gradient per segment, as RELAAX distributes it
 
     def make_optimizer(self):
         import torch

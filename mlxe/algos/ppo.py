@@ -48,6 +48,13 @@ class Config(on_policy.Config):
         check_at_most("algo.batch_size", self.batch_size, MAX_ROWS, " rows")
         if self.clip >= 1.0:
             raise ConfigError(f"algo.clip: {self.clip!r} is not allowed; expected a value in (0, 1)")
+        parameter_server = cfg.backend == "ray" and cfg.ray.mode == "async_gradients"
+        if parameter_server and (self.epochs != 1 or self.batch_size is not None):
+            raise ConfigError(
+                f"algo.epochs: {self.epochs!r} with algo.batch_size: {self.batch_size!r} is not allowed with ray.mode "
+                "'async_gradients': a parameter-server worker sends one gradient per segment; expected algo.epochs 1 "
+                "and algo.batch_size null"
+            )
 
 
 class PPO(on_policy.OnPolicy):

@@ -98,7 +98,8 @@ class TRPO(OnPolicy):
     """A natural-gradient policy step inside the KL trust region, then the value function's fit."""
 
     Config = Config
-    data_parallel = False  # its update is its own (no minibatch steps to split)
+    # its step is its own (a natural gradient within the trust region): no gradient to place elsewhere
+    batch = gradient = apply_gradient = None  # type: ignore[assignment]
 
     def make_optimizer(self):
         import torch

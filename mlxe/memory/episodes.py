@@ -92,11 +92,15 @@ class EpisodeMemory(Memorizer):
 
     ``cfg``: the run config (its ``memory`` section, ``algo.gamma``/``td_n``/``off_policy``/
     ``batch_size``/``min_updates``/``sequence_length``, ``env.task``); ``executors``: how many feed
-    it (the replay holds ``memory.capacity_per_executor`` rows for each); ``rewards``: what turns
-    the stored steps' rewards into the trained ones (a curiosity module), None for the environment's.
+    the run's Memorizers (the replay holds ``memory.capacity_per_executor`` rows for each); ``rewards``:
+    what turns the stored steps' rewards into the trained ones (a curiosity module), None for the
+    environment's; ``shares``: how many Memorizers share those Executors, each with its own replay
+    and its share of the minimum-updates rule (a parameter-server worker's).
     """
 
-    def __init__(self, cfg, spec: NetSpec, seed: int, executors: int, rewards: Rewards | None = None) -> None:
+    def __init__(
+        self, cfg, spec: NetSpec, seed: int, executors: int, rewards: Rewards | None = None, shares: int = 1
+    ) -> None:
         a = cfg.algo
         self.spec, self.gamma, self.td_n = spec, a.gamma, a.td_n
         self.batch_size, self.min_updates = a.batch_size, a.min_updates
@@ -104,7 +108,9 @@ class EpisodeMemory(Memorizer):
         self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
         self.rewards = rewards
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
-        self.replay = EpisodeReplay(cfg.memory, a.off_policy, a.batch_size, spec, executors, replay_seed, a.sequence_length)
+        self.shares = shares
+        fed_by = -(-executors // shares)
+        self.replay = EpisodeReplay(cfg.memory, a.off_policy, a.batch_size, spec, fed_by, replay_seed, a.sequence_length)
         self.windows: dict[tuple[int, int], EpisodeWindow] = {}  # (executor, env) -> episode in progress
         # the network bootstrap values and the re-weighting read: the weights refreshed last
         self.acting = acting_network(spec, np.zeros(spec.num_params(), np.float32))
@@ -178,13 +184,14 @@ class EpisodeMemory(Memorizer):
         self.replay.begin_iteration(iteration, self.acting.flat)
 
     def handout(self, progress: float) -> Handout:
-        """The whole replay re-weighted, then the MMUF number of batches drawn from it, with the
-        episodes stored since the last handout; nothing before a new episode is stored (the study's
+        """The whole replay re-weighted, then the MMUF number of batches drawn from it (one share's:
+        the rule's count for every share's rows, divided between the shares), with the episodes
+        stored since the last handout; nothing before a new episode is stored (the study's
         iteration: a Learner apart would otherwise train the same replay over and over)."""
         if not self.scores:
             return Handout([])
-        self.reweight(self.iterations)
-        count = self.batches_due(len(self.replay))
+        self.reweight(self.iterations * self.shares)  # the exponent anneals per run-wide iteration
+        count = -(-self.batches_due(len(self.replay) * self.shares) // self.shares)
         self.iterations += 1
         scores, self.scores = self.scores, []
         return Handout((self.replay.batch() for _ in range(count)), episodes=scores)

@@ -11,6 +11,7 @@ The update-to-data ratio is the run's, not an Executor's: every env step observe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -62,6 +63,17 @@ def flush(tail: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.nda
     cut["truncated"][-1] = True
     transitions, _ = nstep_transitions(cut, tail["emitted"], n, gamma)
     return transitions
+
+
+def replay_share(algo, shares: int):
+    """``algo`` (an ``algo:`` section with ``buffer_size`` and ``learning_starts``) for one of
+    ``shares`` replays that together hold the run's transitions (Ape-X's shards): 1/shares of the
+    capacity and of the warm-up each."""
+    if shares == 1:
+        return algo
+    return dataclasses.replace(
+        algo, buffer_size=-(-algo.buffer_size // shares), learning_starts=algo.learning_starts // shares
+    )
 
 
 class TransitionReplay(Memorizer):

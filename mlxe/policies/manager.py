@@ -161,7 +161,7 @@ class PolicyManager(Algorithm):
         return sum(_algorithm(p).weights_size(p.cfg, p.spec) for p in _learned(cached_plans(cfg)[0]))
 
     @classmethod
-    def make_memorizer(cls, cfg: Config, spec, seed: int, learner=None) -> IterationSegments:
+    def make_memorizer(cls, cfg: Config, spec, seed: int, learner=None, shares: int = 1) -> IterationSegments:
         """The iteration's joint segments: each policy's Learner has a Memorizer of its own."""
         return IterationSegments()
 

@@ -1,12 +1,15 @@
 """Data-parallel learning: one Learner's minibatch gradients computed by K workers (MARO's grad workers).
 
-With ``learner.gradient_workers: K`` the Learner splits each minibatch in K shares of rows (see
-:meth:`mlxe.algos.on_policy.OnPolicy.shared_gradient`). Workers 1..K-1 each hold a copy of the algorithm; for
-every minibatch they receive the current weights and their share, compute the gradient of the loss
-there (``Algorithm.get_gradients``) and send it back, while the Learner computes share 0. The Learner
-averages the K gradients weighted by rows and takes one optimizer step, so the update is the one a
-single Learner takes on the whole minibatch, up to float rounding. Workers keep no optimizer and no
-state between minibatches: a worker is the weights and a loss.
+With ``learner.gradient_workers: K`` the Learner computes each minibatch's gradient through
+:class:`DataParallel`, which splits the minibatch in K shares of rows (of whole sequences for a
+recurrent network). Workers 1..K-1 each hold a copy of the algorithm; for every minibatch they
+receive the current weights and their share, compute the gradient of the loss there
+(:meth:`mlxe.core.Gradients.gradient`) and send it back, while the Learner computes share 0. The
+Learner averages the K gradients weighted by rows and takes one optimizer step, so the update is the
+one a single Learner takes on the whole minibatch, up to float rounding. Workers keep no optimizer
+and no state between minibatches: a worker is the weights and a loss. The placement serves the
+on-policy family's minibatch steps (:class:`~mlxe.algos.on_policy.OnPolicy`, whose gradient path
+it wraps).
 
 Two engines carry the shares and the gradients:
 
@@ -32,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from mlxe import algos
+from mlxe.algos.on_policy import OnPolicy
 from mlxe.config import Config
-from mlxe.core import Algorithm, GradientWorkers
+from mlxe.core import Algorithm
 from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.setup import context
 from mlxe.runtime.threads import limit_threads
@@ -44,17 +48,100 @@ REAP_S = 2.0  # how long a gloo error waits for a worker process to be seen ende
 STOP, GRADIENT = 0, 1  # the commands a gloo worker receives
 
 
-def start_gradient_workers(cfg: Config, spec: NetSpec, seed: int) -> GradientWorkers | None:
-    """The Learner's gradient workers where ``learner.gradient_workers`` asks for more than the
-    Learner (None otherwise), on ``learner.gradient_engine``."""
+class GradientWorkers:
+    """K - 1 processes or actors computing minibatch shares' gradients for one Learner."""
+
+    count: int  # K - 1
+
+    def start(self, weights: np.ndarray, shares: list[dict[str, np.ndarray]], progress: float) -> None:
+        """Have worker i compute the gradient of ``shares[i]`` at ``weights`` [P] (at most ``count``
+        shares) while the caller goes on."""
+        raise NotImplementedError
+
+    def finish(self) -> list[tuple[np.ndarray, dict[str, float]]]:
+        """The gradients [P] and loss terms of the shares given to :meth:`start`, in their order."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the workers."""
+        raise NotImplementedError
+
+
+def share_gradients(algorithm: OnPolicy, cfg: Config, spec: NetSpec, seed: int) -> GradientWorkers | None:
+    """Start the gradient workers ``learner.gradient_workers`` asks for, on
+    ``learner.gradient_engine``, and have ``algorithm`` compute each minibatch's gradient with them
+    (:class:`DataParallel`); None where the Learner computes alone."""
     k = cfg.learner.gradient_workers
     if k <= 1:
         return None
     engine = cfg.learner.gradient_engine
     if engine == "auto":
         engine = "ray" if cfg.backend == "ray" else "gloo"
-    workers = RayWorkers if engine == "ray" else GlooWorkers
-    return workers(cfg, spec, seed, k - 1)
+    workers = (RayWorkers if engine == "ray" else GlooWorkers)(cfg, spec, seed, k - 1)
+    algorithm.backprop = DataParallel(algorithm, workers)
+    return workers
+
+
+class DataParallel:
+    """An on-policy Learner's gradient path (``OnPolicy.backprop``, which it wraps) that computes each
+    minibatch's gradient in K shares: the workers compute shares 1..K-1 at the current weights while
+    the wrapped path computes share 0. Each loss being a mean over rows, the K gradients' mean
+    weighted by rows is the whole minibatch's gradient (MARO's grad workers)."""
+
+    def __init__(self, algo: OnPolicy, workers: GradientWorkers) -> None:
+        self.algo, self.local, self.workers = algo, algo.backprop, workers
+
+    def ready(self, batch: dict[str, np.ndarray], progress: float) -> DataParallel:
+        self.local = self.local.ready(batch, progress)
+        return self
+
+    def batch(self, data: dict[str, np.ndarray]) -> dict:
+        return self.local.batch(data)
+
+    def index(self, rows: np.ndarray):
+        return self.local.index(rows)
+
+    def clip(self, max_norm: float):
+        return self.local.clip(max_norm)
+
+    def gradient(self, mb: dict, progress: float) -> dict[str, float]:
+        """The minibatch's gradient into the Learner's flat gradient; the loss's terms."""
+        import torch
+
+        shares = split(mb, self.workers.count + 1, self.algo.spec.recurrent)
+        rows = np.array([len(share["action"]) for share in shares], np.float64)
+        weight = rows / rows.sum()
+        sent = [{k: np.asarray(v.cpu()) if isinstance(v, torch.Tensor) else v for k, v in s.items()} for s in shares[1:]]
+        self.workers.start(self.algo.weights(), sent, progress)
+        terms = {k: weight[0] * float(v) for k, v in self.local.gradient(shares[0], progress).items()}
+        grad = self.algo.flat.grad  # the NumPy path's gradient memory too
+        with torch.no_grad():
+            grad.mul_(float(weight[0]))
+            for (theirs, info), w in zip(self.workers.finish(), weight[1:]):
+                grad.add_(torch.from_numpy(theirs).to(self.algo.device), alpha=float(w))
+                terms = {k: v + w * info[k] for k, v in terms.items()}
+        return terms
+
+
+def split(mb: dict, k: int, recurrent: bool) -> list[dict]:
+    """A minibatch in at most ``k`` shares as even as can be: of rows, or of whole sequences for a
+    recurrent network (obs and resets [T, S, ...], ``state.*`` [S, ...], the other fields
+    time-major rows [T*S, ...], as ``OnPolicy.take`` lays them out)."""
+    if not recurrent:
+        n = len(mb["action"])
+        bounds = np.linspace(0, n, min(k, n) + 1).round().astype(int).tolist()
+        return [{key: v[a:b] for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
+    S = mb["obs"].shape[1]
+    bounds = np.linspace(0, S, min(k, S) + 1).round().astype(int).tolist()
+
+    def part(key: str, v, a: int, b: int):
+        if key.startswith("state."):
+            return v[a:b]
+        if key in ("obs", "resets"):
+            return v[:, a:b]
+        return v.reshape(-1, S, *v.shape[1:])[:, a:b].reshape(-1, *v.shape[1:])
+
+    return [{key: part(key, v, a, b) for key, v in mb.items()} for a, b in zip(bounds, bounds[1:])]
 
 
 def _worker_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
@@ -121,9 +208,8 @@ def _serve(rank: int, world: int, port: int, cfg: Config, spec: NetSpec, seed: i
         layout, payload = torch.empty(layout_size, dtype=torch.uint8), torch.empty(payload_size, dtype=torch.uint8)
         for t in (layout, payload, weights):
             group.recv([t], 0, 0).wait()
-        algo.adopt(weights.numpy())
         progress = float(np.int64(progress_bits).view(np.float64))
-        grad, info = algo.get_gradients(_unpack(layout.numpy().tobytes(), payload.numpy()), progress)
+        grad, info = algo.gradient(weights.numpy(), _unpack(layout.numpy().tobytes(), payload.numpy()), progress)
         terms = json.dumps(info).encode()
         group.send([torch.tensor([len(terms)], dtype=torch.int64)], 0, 0).wait()
         group.send([torch.frombuffer(bytearray(terms), dtype=torch.uint8)], 0, 0).wait()
@@ -260,8 +346,7 @@ class GradientWorkerActor:
     def gradients(self, weights: np.ndarray, share: dict[str, np.ndarray], progress: float) -> tuple[np.ndarray, dict]:
         from mlxe.runtime.ray.backend import writable
 
-        self.algo.adopt(weights)
-        return self.algo.get_gradients(writable(share), progress)
+        return self.algo.gradient(weights, writable(share), progress)
 
 
 class RayWorkers(GradientWorkers):

@@ -21,15 +21,16 @@ from mlxe.config import Config
 from mlxe.core import Algorithm, Memorizer, Segment
 from mlxe.models.actor_critic import NetSpec
 from mlxe.policies.manager import PolicyManager
-from mlxe.runtime.gradient_workers import start_gradient_workers
+from mlxe.runtime.gradient_workers import GradientWorkers, share_gradients
 from mlxe.runtime.policy_hosts import place_policies
 
 
 class Learner:
-    """``algorithm`` learning from what ``memorizer`` hands out, in this process."""
+    """``algorithm`` learning from what ``memorizer`` hands out, in this process (with
+    ``gradient_workers`` computing shares of its minibatches' gradients, where it has them)."""
 
-    def __init__(self, algorithm: Algorithm, memorizer: Memorizer) -> None:
-        self.algorithm, self.memorizer = algorithm, memorizer
+    def __init__(self, algorithm: Algorithm, memorizer: Memorizer, gradient_workers: GradientWorkers | None = None) -> None:
+        self.algorithm, self.memorizer, self.gradient_workers = algorithm, memorizer, gradient_workers
         memorizer.refresh(algorithm.weights())
 
     @property
@@ -77,23 +78,23 @@ class Learner:
         self.memorizer.refresh(self.algorithm.weights())
 
     def close(self) -> None:
+        if self.gradient_workers is not None:
+            self.gradient_workers.close()
         self.algorithm.close()
         self.memorizer.close()
 
 
 def build_algorithm(cfg: Config, spec: NetSpec, seed: int) -> Algorithm:
-    """``cfg``'s Algorithm in this process, handed what its placement needs: the gradient workers
-    ``learner.gradient_workers`` asks for, or a multi-agent run's policy hosts."""
+    """``cfg``'s Algorithm in this process; a multi-agent run's policy manager is handed its policy
+    hosts."""
     if cfg.env.api == "pettingzoo":
         return PolicyManager(cfg, spec, seed, place_policies(cfg, seed, build_learner))
-    algorithm = algos.algorithm(cfg.algo.name)(cfg, spec, seed)
-    algorithm.gradient_workers = start_gradient_workers(cfg, spec, seed)
-    return algorithm
+    return algos.algorithm(cfg.algo.name)(cfg, spec, seed)
 
 
 def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
-    """The run's Learner: ``cfg``'s Algorithm (:func:`build_algorithm`) and the Memorizer it needs,
-    in this process; with ``learner.memorizer: process``, each in a process of its own
+    """The run's Learner: ``cfg``'s Algorithm (:func:`build_algorithm`) with the gradient workers
+    ``learner.gradient_workers`` asks for, and the Memorizer it needs, in this process; with ``learner.memorizer: process``, each in a process of its own
     (:class:`~mlxe.runtime.apart.ApartLearner`, the study's OA); with ``ray``, the Memorizer in Ray
     actors (:class:`~mlxe.runtime.ray.replay.ReplayShards`, Ape-X's replay shards)."""
     if cfg.learner.memorizer == "process":
@@ -101,8 +102,9 @@ def build_learner(cfg: Config, spec: NetSpec, seed: int) -> Learner:
 
         return ApartLearner(cfg, spec, seed)
     algorithm = build_algorithm(cfg, spec, seed)
+    workers = share_gradients(algorithm, cfg, spec, seed)
     if cfg.learner.memorizer == "ray":
         from mlxe.runtime.ray.replay import ReplayShards
 
-        return Learner(algorithm, ReplayShards(cfg, spec, seed))
-    return Learner(algorithm, type(algorithm).make_memorizer(cfg, spec, seed, algorithm))
+        return Learner(algorithm, ReplayShards(cfg, spec, seed), workers)
+    return Learner(algorithm, type(algorithm).make_memorizer(cfg, spec, seed, algorithm), workers)

@@ -19,11 +19,6 @@ def learner(*overrides: str, seed: int = 0):
     return algos.algorithm("a2c")(cfg, SPEC, seed)
 
 
-def test_a_worker_owes_no_gradient_before_its_segment():
-    worker = learner()
-    assert worker.worker_gradients(IterationSegments(), worker.weights(), workers=2) is None
-
-
 def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     worker, reference = learner(seed=0), learner(seed=1)
     rows = batch(reference, n=8)
@@ -34,26 +29,27 @@ def test_the_gradient_is_the_losss_at_the_weights_that_played_the_segment():
     weights = reference.weights()  # the weights the segment was played with: not the worker's own
     memorizer = IterationSegments()
     memorizer.add(played)
-    grad, info = worker.worker_gradients(memorizer, weights, workers=2)
+    handed = next(iter(memorizer.handout(0.0).batches))
+    worker.adopt(weights)  # the targets read the weights that played
+    grad, info = worker.gradient(weights, worker.batch(handed), 0.0)
     # the reference computes the targets and the loss at those weights, as the worker must
     data = reference.gather([reference.targets(played)])
     loss, _ = reference.loss({k: torch.as_tensor(v) for k, v in data.items()}, 0.0)
     reference.flat.grad.zero_()
     loss.backward()
-    expected = reference.flat.grad.numpy()
-    scale = min(1.0, reference.algo.max_grad_norm / (np.linalg.norm(expected) + 1e-6))  # clipped as the worker's
-    np.testing.assert_allclose(grad, expected * scale, rtol=1e-4, atol=1e-6)
-    assert info["loss"] == pytest.approx(loss.item(), rel=1e-5) and set(info) >= {"value_loss", "grad_norm"}
-    assert worker.worker_gradients(memorizer, weights, workers=2) is None  # the segment is used once
+    np.testing.assert_allclose(grad, reference.flat.grad.numpy(), rtol=1e-4, atol=1e-6)  # unclipped: the server clips
+    assert info["loss"] == pytest.approx(loss.item(), rel=1e-5) and set(info) >= {"value_loss", "policy_loss"}
+    assert list(memorizer.handout(0.0).batches) == []  # the segment is handed out once
 
 
 def test_the_server_applies_a_gradient_with_its_optimizer():
-    server = learner("algo.optimizer=adam", "algo.lr=0.01")
+    server = learner("algo.optimizer=adam", "algo.lr=0.01", "algo.max_grad_norm=null")
     before = server.weights()
     grad = np.random.default_rng(0).standard_normal(len(before)).astype(np.float32)
-    server.apply_gradients(grad, 0.0)
+    metrics = server.apply_gradient(grad, 0.0)
     # Adam's first step moves every weight by lr against the sign of its gradient
     np.testing.assert_allclose(server.weights() - before, -0.01 * np.sign(grad), atol=1e-4)
+    assert metrics == {"grad_norm": pytest.approx(np.linalg.norm(grad), rel=1e-5), "lr": 0.01, "nonfinite_steps": 0}
     assert server.updates == 1
     server.adopt(before)
     np.testing.assert_array_equal(server.weights(), before)
@@ -62,8 +58,12 @@ def test_the_server_applies_a_gradient_with_its_optimizer():
 def test_da3c_config_and_the_algorithms_without_the_mode():
     cfg = load_config(DA3C)
     assert cfg.ray.mode == "async_gradients" and cfg.algo.name == "a2c" and cfg.filters.reward
-    with pytest.raises(ConfigError, match="ray.mode: 'async_gradients' is not allowed with algo.name 'ppo'"):
-        load_config("configs/zoo/ppo/Pendulum-v1.yaml",
-                    ["backend=ray", "ray.mode=async_gradients", "envs_per_executor=1", "filters.reward=false"])
+    server = ["backend=ray", "ray.mode=async_gradients", "envs_per_executor=1", "filters.reward=false"]
+    with pytest.raises(ConfigError, match="ray.mode: 'async_gradients' is not allowed with algo.name 'trpo'"):
+        load_config("configs/zoo/trpo/Pendulum-v1.yaml", server)
+    with pytest.raises(ConfigError, match="algo.epochs: 10 with algo.batch_size: 256 is not allowed with ray.mode "):
+        load_config("configs/zoo/ppo/Pendulum-v1.yaml", server)
+    ppo = load_config("configs/zoo/ppo/Pendulum-v1.yaml", [*server, "algo.epochs=1", "algo.batch_size=null"])
+    assert ppo.ray.mode == "async_gradients"  # one clipped-surrogate gradient per segment
     with pytest.raises(ConfigError, match=r"filters\.obs: not allowed with ray\.mode 'async_gradients'"):
         load_config(DA3C, ["filters.obs=true"])

@@ -14,7 +14,7 @@ import torch
 from mlxe.algos.a3c import A3C, LOSS_STATS, A3CPolicy
 from mlxe.algos.a3c import Config as A3CConfig
 from mlxe.config import ConfigError
-from mlxe.core import Segment
+from mlxe.core import Handout, Segment
 from mlxe.loading import load_config
 from mlxe.memory.episodes import EpisodeWindow, episode_targets
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
@@ -669,35 +669,43 @@ def test_episodes_and_replay_grow_with_the_finished_episodes():
     assert set(lrn.windows) == {(0, 1)} and lrn.windows[(0, 1)].length == 3
 
 
-def test_a_parameter_server_worker_owes_its_share_of_the_mmuf_rule_after_each_episode():
-    worker = learner("algo.batch_size=4", "memory.keep_last_steps=16", "algo.min_updates=5")
-    weights = worker.weights()
-    assert worker.worker_gradients(worker.memorizer, weights, workers=2) is None  # nothing observed yet: go and play
-    worker.observe(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
-    # max(min_updates 5, 2 workers x 11 rows // 4 + 1 = 6) = 6 run-wide, 3 for this worker
-    owed = [worker.worker_gradients(worker.memorizer, weights, workers=2) for _ in range(4)]
-    assert all(g is not None for g in owed[:3]) and owed[3] is None
-    grad, info = owed[0]
-    assert grad.shape == weights.shape and grad.dtype == np.float32 and set(info) == set(LOSS_STATS)
+def test_a_parameter_server_workers_memorizer_hands_out_its_share_of_the_mmuf_rule_after_each_episode():
+    cfg = config("algo.batch_size=4", "memory.keep_last_steps=16", "algo.min_updates=5")
+    worker = A3C(cfg, SPEC, seed=0)
+    memorizer = A3C.make_memorizer(cfg, SPEC, 0, worker, shares=2)
+    assert list(memorizer.handout(0.0).batches) == []  # nothing observed yet: go and play
+    memorizer.add(segment([[i] for i in range(11)], [0], terminated=[(10, 0)]))
+    # max(min_updates 5, 2 shares x 11 rows // 4 + 1 = 6) = 6 run-wide, 3 for this share
+    owed = list(memorizer.handout(0.0).batches)
+    assert len(owed) == 3 and list(memorizer.handout(0.0).batches) == []  # until the next episode
+    weights = worker.weights() + 0.01
+    grad, info = worker.gradient(weights, worker.batch(owed[0]), 0.0)
+    assert grad.shape == weights.shape and grad.dtype == np.float32 and set(info) == set(LOSS_STATS) - {"grad_norm"}
+    np.testing.assert_array_equal(worker.weights(), weights)  # computed at the weights given
     assert worker.updates == 0  # a worker computes gradients; the server applies them
 
 
-def test_the_server_applies_a_gradient_as_one_optimizer_step_and_adopts_weights():
-    server = learner("algo.lr=0.1")
+def test_the_server_applies_a_gradient_as_one_clipped_optimizer_step_and_adopts_weights():
+    server = learner("algo.lr=0.1", "algo.max_grad_norm=1.0")
     w0 = server.weights()
     g = np.linspace(-1, 1, len(w0)).astype(np.float32)
-    server.apply_gradients(g, 0.0)
+    g /= 2 * np.linalg.norm(g)  # within the clip norm
+    assert server.apply_gradient(g, 0.0) == {"grad_norm": pytest.approx(0.5), "lr": 0.1, "nonfinite_steps": 0}
     np.testing.assert_allclose(server.weights(), w0 - 0.1 * g, atol=1e-6)  # RAdam's un-rectified first step
     assert server.updates == 1
     server.adopt(w0)
     np.testing.assert_array_equal(server.weights(), w0)
+    fresh = learner("algo.lr=0.1", "algo.max_grad_norm=1.0")
+    assert fresh.apply_gradient(4 * g, 0.0)["grad_norm"] == pytest.approx(2.0)
+    np.testing.assert_allclose(fresh.weights(), w0 - 0.1 * 2 * g, atol=1e-6)  # clipped to norm 1
 
 
-def test_the_server_decays_the_learning_rate_by_run_wide_episodes():
+def test_the_server_decays_the_learning_rate_by_the_episodes_it_learns_of():
     server = learner("algo.lr=0.1", "algo.lr_decay=0.5", "algo.lr_min=0.01")
-    assert server.server_iteration(2) == {"lr": pytest.approx(0.025), "nonfinite_steps": 0}
+    assert server.learn(Handout([], episodes=[(1, 0.0), (1, 0.0)]), 0.0) == {}
     assert server.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
-    assert server.server_iteration(10)["lr"] == 0.01
+    server.learn(Handout([], episodes=[(1, 0.0)] * 8), 0.0)
+    assert server.apply_gradient(np.zeros(len(server.weights()), np.float32), 0.0)["lr"] == 0.01
 
 
 # --------------------------------------------------------------------------- recurrent core (DA3C-LSTM)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,23 +95,22 @@ class Actor:
 
 
 class GradientActor(Actor):
-    """An Executor of the parameter server: ``step`` plays an episode into its own Memorizer (a
-    worker: its own replay, and an algorithm whose model copy computes the loss; the optimizer lives
-    on the server) or returns the next gradient that algorithm owes on it
-    (``Algorithm.worker_gradients``), on a :class:`~mlxe.runtime.rollout.RolloutExecutor` with one
-    environment.
+    """An Executor of the parameter server, on a :class:`~mlxe.runtime.rollout.RolloutExecutor` with
+    one environment, with a worker copy of the algorithm (a model that computes the loss's gradients,
+    :class:`mlxe.core.Gradients`; the optimizer lives on the server) and its own Memorizer, one of
+    the run's ``executors`` shares: each ``step`` plays into the Memorizer or returns a gradient on
+    what it handed out.
 
-    ``executors`` is the run's Executor count (the workers share the run's updates); ``state`` a
-    checkpointed :meth:`state_dict` or None.
+    ``state``: a checkpointed :meth:`state_dict` or None.
     """
 
     def __init__(self, cfg, index: int, seed: int, executors: int, state: dict | None = None) -> None:
-        self.index, self.executors = index, executors
+        self.index = index
         self.weights, self.heartbeats = ObjectStoreWeights(), Heartbeats(executors)
         self.executor = RolloutExecutor(cfg, index, self.weights, seed, executors, self.heartbeats)
-        own = replace(cfg, executors=1)
-        self.algo = algos.algorithm(cfg.algo.name)(own, self.executor.spec, seed)
-        self.memorizer = type(self.algo).make_memorizer(own, self.executor.spec, seed, self.algo)
+        self.algo = algos.algorithm(cfg.algo.name)(cfg, self.executor.spec, seed)
+        self.memorizer = type(self.algo).make_memorizer(cfg, self.executor.spec, seed, self.algo, executors)
+        self.owed: Iterator = iter(())  # the batches of the Memorizer's last handout not yet used
         limit_threads(cfg.torch_threads, torch=True)
         if state is not None:
             self.load_state_dict(state)
@@ -118,25 +118,37 @@ class GradientActor(Actor):
     def step(self, version: int, box: list) -> Episode | Gradient:
         """The next piece of work with weights ``version``. A segment algorithm (RELAAX's DA3C) plays
         a fresh segment and returns its gradient at the weights that played it, with the episodes
-        that ended. The study's A3C returns a gradient while its worker owes one, else an episode
-        (without its steps, which its Memorizer keeps)."""
+        that ended. An episode algorithm (the study's A3C) returns a gradient on each batch its
+        Memorizer hands out after an episode (its share of the minimum-updates rule), each at the
+        newest weights, and otherwise plays an episode (returned without its steps, which the
+        Memorizer keeps)."""
         self.weights.offer(version, box)
         self.executor.pull_weights(None)
+        weights = self.executor.local
         if self.algo.iteration == "segment":
             # no run-wide filter statistics: a worker's reward filter keeps its own (RELAAX's per-agent filter)
             segment, episodes, _ = self.executor.rollout()
             self.memorizer.add(segment)
-            grad, info = self.algo.worker_gradients(self.memorizer, self.executor.local, self.executors)
-            return Gradient(self.index, self.executor.version, grad, info, episodes)
-        owed = self.algo.worker_gradients(self.memorizer, self.executor.local, self.executors)
-        if owed is not None:
-            grad, info = owed
-            return Gradient(self.index, self.executor.version, grad, info)
+            return self.gradient(weights, next(iter(self.memorizer.handout(0.0).batches)), episodes)
+        self.memorizer.refresh(weights)  # what it bootstraps and re-weights with from now on
+        handed = next(self.owed, None)
+        if handed is None:
+            self.owed = iter(self.memorizer.handout(0.0).batches)  # empty until an episode is stored
+            handed = next(self.owed, None)
+        if handed is not None:
+            return self.gradient(weights, handed)
         episodes: list[Episode] = []
         while not episodes:  # one episode, with the newest weights offered at its start
             segment, episodes, _ = self.executor.rollout()
             self.memorizer.add(segment)
         return episodes[0]
+
+    def gradient(self, weights: np.ndarray, handed, episodes: list[Episode] | None = None) -> Gradient:
+        """The loss's gradient on a batch handed out, at ``weights`` (its targets too). At progress 0:
+        the parameter server anneals only the learning rate, which it applies."""
+        self.algo.adopt(weights)
+        grad, info = self.algo.gradient(weights, self.algo.batch(handed), 0.0)
+        return Gradient(self.index, self.executor.version, grad, info, episodes or [])
 
     def state_dict(self) -> dict:
         return {

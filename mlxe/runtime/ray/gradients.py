@@ -7,8 +7,8 @@ and returns it with the episodes that ended; then plays again with the newest we
 With the study's A3C each Executor actor (:class:`~mlxe.runtime.ray.actors.GradientActor`) holds a
 worker instance of the algorithm, a learner without an optimizer: it plays an episode into its own share of the replay
 (``memory.capacity_per_executor`` rows, prioritized and re-weighted as on the Learner), then
-computes its share of the minimum-updates rule as gradients (``Algorithm.worker_gradients``), one per
-call, each at the newest weights it was offered, and plays again. The driver is the parameter server:
+computes a gradient on each batch that Memorizer hands out (its share of the minimum-updates
+rule), one per call, each at the newest weights it was offered, and plays again. The driver is the parameter server:
 every gradient arrives with the version it was computed at and goes through the combiner
 (``ray.combine``: fifo, average, dc; see :mod:`mlxe.runtime.ray.server`); each applied update is a
 new version, and the newest is published to the object store once after each batch of replies, so
@@ -20,8 +20,8 @@ its gradients then lag one more version, which is what delay compensation is for
 
 Every update is applied at the run's progress (env steps over ``stop.max_env_steps``, as a Learner's
 ``update`` gets it: A2C's and PG's ``anneal_lr``), and every ``executors`` episodes (an "iteration" of
-the metrics) the server's algorithm advances its schedules (``Algorithm.server_iteration``: A3C's
-learning-rate decay by episodes) as its Learner would.
+the metrics) the server's algorithm learns of the episodes that ended (``learn`` of a handout
+without batches: A3C's learning-rate decay by episodes) as its Learner would.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe import algos
+from mlxe.core import Episode, Handout
 from mlxe.runtime.ray.actors import Gradient
 from mlxe.runtime.ray.run import POLL_S, RayRun
 from mlxe.runtime.ray.server import ParameterServer, WeightHistory, make_combiner
@@ -45,7 +46,6 @@ def run_async_gradients(run: RayRun) -> str:
     history = WeightHistory(cfg.ray.dc_history)
     combiner = make_combiner(cfg.ray, history)
     server = ParameterServer(algo, combiner, history)
-    algo.server_iteration(trainer.episodes)
     run.weights.publish(server.weights(), server.version)
     depth = 2 if cfg.ray.hogwild else 1
     budget = cfg.stop.max_env_steps
@@ -60,7 +60,9 @@ def run_async_gradients(run: RayRun) -> str:
 
     evaluate = run.evaluator(server.weights)
     infos: list[dict[str, float]] = []
-    episodes, updates_before = 0, algo.updates
+    applied: dict[str, float] = {}  # the last update's metrics (grad_norm, lr, nonfinite_steps)
+    episodes: list[Episode] = []
+    updates_before = algo.updates
     dispatch()
     while trainer.check_stop() is None:
         for _, _, reply in pool.poll(POLL_S):
@@ -68,7 +70,7 @@ def run_async_gradients(run: RayRun) -> str:
             if isinstance(reply, Gradient):
                 run.stats.lagged(server.version - reply.version)
                 progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
-                server.submit(reply.grad, reply.version, progress)
+                applied = server.submit(reply.grad, reply.version, progress) or applied
                 infos.append(reply.info)
                 finished = reply.episodes  # a segment algorithm's, ended in the segment of its gradient
             for episode in finished:
@@ -76,17 +78,17 @@ def run_async_gradients(run: RayRun) -> str:
                     run.stats.adopted += 1
                 trainer.on_episode(episode)
                 run.stats.used(episode.executor, None)
-                episodes += 1
+                episodes.append(episode)
         run.stats.rejected = combiner.rejected
         if server.version != run.weights.version:
             # Once per poll, not per update: versions applied back to back were never sent to anyone.
             run.weights.publish(server.weights(), server.version)
         dispatch()
         run.tick()
-        if episodes >= run.n:
+        if len(episodes) >= run.n:
             keys = dict.fromkeys(k for i in infos for k in i)  # the loss's terms, none before a first gradient
-            info = {k: float(np.mean([i[k] for i in infos])) for k in keys}
-            info.update(algo.server_iteration(trainer.episodes))
+            info = {k: float(np.mean([i[k] for i in infos])) for k in keys} | applied
+            algo.learn(Handout([], episodes=[(e.weights_version, e.total_return) for e in episodes]), 0.0)
             run.close_iteration(algo.updates - updates_before, info, evaluate, roles)
-            infos, episodes, updates_before = [], 0, algo.updates
+            infos, episodes, updates_before = [], [], algo.updates
     return trainer.finish(roles)

@@ -19,7 +19,6 @@ naming it, and its last checkpoint, which holds every shard's state, resumes.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from typing import Any
 
@@ -31,17 +30,6 @@ from mlxe.core import Handout, Memorizer, Segment
 from mlxe.runtime.ray.backend import writable
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.transport.workers import WorkerFailed
-
-
-def shard_config(cfg: Config) -> Config:
-    """The config a shard's Memorizer is made with: 1/N of the replay's capacity and warm-up."""
-    n = cfg.learner.replay_shards
-    if n == 1:
-        return cfg
-    algo = dataclasses.replace(
-        cfg.algo, buffer_size=-(-cfg.algo.buffer_size // n), learning_starts=cfg.algo.learning_starts // n
-    )
-    return dataclasses.replace(cfg, algo=algo)
 
 
 def shard_seed(seed: int, index: int, shards: int) -> int:
@@ -56,7 +44,8 @@ class MemorizerShard:
 
     def __init__(self, cfg: Config, spec, seed: int) -> None:
         limit_threads(1)
-        self.memorizer = algos.algorithm(cfg.algo.name).make_memorizer(cfg, spec, seed, None)
+        shares = cfg.learner.replay_shards  # each 1/N of the replay's capacity and warm-up
+        self.memorizer = algos.algorithm(cfg.algo.name).make_memorizer(cfg, spec, seed, None, shares)
 
     def add(self, segment: Segment) -> None:
         segment.steps = writable(segment.steps)
@@ -94,11 +83,10 @@ class ReplayShards(Memorizer):
         import ray
 
         n = cfg.learner.replay_shards
-        own = shard_config(cfg)
         remote, run = ray.remote(MemorizerShard), uuid.uuid4().hex[:8]  # names unique in the cluster
         self.shards = [
             remote.options(name=f"replay-shard-{i}-{run}", num_cpus=0, max_restarts=0, max_task_retries=0)
-            .remote(own, spec, shard_seed(seed, i, n))
+            .remote(cfg, spec, shard_seed(seed, i, n))
             for i in range(n)
         ]
         self._pending: list[tuple[int, Any]] = []  # (shard, call) sent and not yet seen done: adds, priorities

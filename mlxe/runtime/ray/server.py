@@ -1,8 +1,9 @@
 """The parameter server of ``ray.mode: async_gradients``: gradients in, versioned weights out.
 
-Executors compute gradients of the algorithm's loss (``Algorithm.worker_gradients``) on their own copy
-of the model and submit each with the version of the weights it was computed at. The server turns submissions into updates of the global
-model with a *combiner*:
+Executors compute gradients of the algorithm's loss (:meth:`mlxe.core.Gradients.gradient`) on their
+own copy of the model and submit each with the version of the weights it was computed at. The server
+turns submissions into updates of the global model with a *combiner*, and its algorithm applies each
+update, clipped to its ``max_grad_norm`` (:meth:`~mlxe.core.Gradients.apply_gradient`):
 
 * ``fifo``: every gradient is applied as it comes (Hogwild-style A3C, stale or not);
 * ``average``: the mean of ``num_gradients`` gradients is one update; a gradient computed more than
@@ -13,7 +14,7 @@ model with a *combiner*:
   keeps the last ``dc_history`` versions; an older one gets no correction (counted).
 
 Nothing here knows Ray or a loss: the combiners are NumPy, the server holds the algorithm, which
-applies each update (``Algorithm.apply_gradients``), and whoever runs it publishes ``weights()``
+applies each update, and whoever runs it publishes ``weights()``
 after each applied update. Flat vectors follow the model's ``parameters()`` order, the layout of
 :func:`mlxe.models.actor_critic.flat_weights`.
 """
@@ -110,7 +111,7 @@ class ParameterServer:
     """The global model: ``submit(grad, version, progress)`` combines and applies; ``version`` counts updates.
 
     ``algo`` is the server's :class:`~mlxe.core.Algorithm`: its model is the global one, and it
-    applies each update (``apply_gradients``). Version ``v`` is the weights after ``v - start``
+    applies each update (``apply_gradient``). Version ``v`` is the weights after ``v - start``
     updates; every version is kept in ``history`` for DC and promotion.
     """
 
@@ -124,20 +125,18 @@ class ParameterServer:
         """The current global weights [P] (the server's own copy: do not modify)."""
         return self._weights
 
-    def submit(self, grad: np.ndarray, version: int, progress: float) -> bool:
+    def submit(self, grad: np.ndarray, version: int, progress: float) -> dict[str, float] | None:
         """Offer a gradient [P] computed at ``version`` when the run is at ``progress`` in [0, 1] of
-        its step budget; True if an update was applied."""
+        its step budget; the applied update's metrics (:meth:`apply`), None if none was applied."""
         update = self.combiner.combine(grad, version, self.version, self._weights)
-        if update is None:
-            return False
-        self.apply(update, progress)
-        return True
+        return None if update is None else self.apply(update, progress)
 
-    def apply(self, update: np.ndarray, progress: float) -> None:
+    def apply(self, update: np.ndarray, progress: float) -> dict[str, float]:
         """One optimizer step with ``update`` [P] as the gradient at ``progress`` (annealed schedules:
-        ``Algorithm.apply_gradients``); the version moves on."""
-        self.algo.apply_gradients(update, progress)
+        :meth:`mlxe.core.Gradients.apply_gradient`, whose metrics it returns); the version moves on."""
+        metrics = self.algo.apply_gradient(update, progress)
         self._set_version(self.version + 1)
+        return metrics
 
     def adopt(self, version: int) -> bool:
         """Best-score promotion: make the weights of ``version`` the global ones (a new version).

@@ -73,9 +73,9 @@ def test_server_update_equals_the_learners_own_update():
     w0 = server.weights().copy()
     for _ in range(3):
         b = batch(rng)
-        grad, info = worker.gradient(server.weights(), b)
-        assert grad.shape == w0.shape and set(info) >= {"loss", "grad_norm"}
-        assert server.submit(grad, server.version, 0.0)
+        grad, info = worker.gradient(server.weights(), b, 0.0)
+        assert grad.shape == w0.shape and set(info) >= {"loss", "value_loss"}
+        assert set(server.submit(grad, server.version, 0.0)) == {"grad_norm", "lr", "nonfinite_steps"}
         learner.step(b)
         np.testing.assert_allclose(server.weights(), learner.weights(), atol=1e-6)
     assert server.version == 4 and server.algo.updates == 3
@@ -116,6 +116,5 @@ def test_the_server_anneals_a2cs_learning_rate_with_the_runs_progress():
     g = np.ones(len(server.weights()), np.float32)
     lrs = []
     for progress in (0.0, 0.5, 0.75):
-        server.submit(g, server.version, progress)
-        lrs.append(server.algo.server_iteration(0)["lr"])
+        lrs.append(server.submit(g, server.version, progress)["lr"])
     assert lrs == pytest.approx([0.01, 0.005, 0.0025])
