@@ -184,6 +184,9 @@ class ModelConfig:
     conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
     impala_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     channels_last: bool | None = None  # images stored [H, W, C]; null: when the last axis is the shortest
+    # what uint8 observations are multiplied by as the network reads them; null: 1 / the observation
+    # space's upper bound (1/255 for an image of [0, 255], 1 for a grid of 0/1 cells)
+    obs_scale: float | None = None
     custom: str | None = None  # "package.module:Class": a torch module replacing the whole network
     # A recurrent core between the trunk and the heads (its state carried per environment, reset at
     # episode ends; PPO and A2C train it on whole segments, back-propagating through time)
@@ -843,6 +846,8 @@ def _check_model(m: ModelConfig) -> None:
             )
     check_positive("model.core_size", m.core_size)
     check_at_most("model.core_size", m.core_size, MAX_WIDTH)
+    if m.obs_scale is not None and not 0 < m.obs_scale < math.inf:
+        raise ConfigError(f"model.obs_scale: {m.obs_scale!r} is not allowed; expected a finite value > 0, or null")
     check_model_reads(m, m.encoder)
     if m.custom is not None and m.core != "none":
         raise ConfigError("model.core: a model.custom module replaces the whole network, core included; set model.core=none")
@@ -850,12 +855,15 @@ def _check_model(m: ModelConfig) -> None:
         raise ConfigError(f"model.custom: {m.custom!r} is not allowed; expected 'package.module:Class'")
 
 
-def check_model_reads(m: ModelConfig, encoder: str, discrete: bool | None = None, image: bool = True) -> None:
+def check_model_reads(
+    m: ModelConfig, encoder: str, discrete: bool | None = None, image: bool = True, uint8: bool = True
+) -> None:
     """A changed ``model`` key that the network does not read is an error naming it (as an unused
     section is): ``conv`` without a CNN, ``impala_channels`` without ``impala_cnn``, ``std`` and
     ``log_std_init`` with Discrete actions. Checked when the config loads with the encoder as set, and
     again by :func:`mlxe.models.actor_critic.net_spec` with what the environment tells: the encoder
-    ``auto`` picked, whether the observation has an ``image`` (``concat``), whether actions are ``discrete``."""
+    ``auto`` picked, whether the observation has an ``image`` (``concat``), whether actions are ``discrete``,
+    whether any observation is stored as ``uint8``."""
     if m.custom is not None:
         return  # the module replaces the whole network
     picked = "" if encoder == m.encoder else f", which model.encoder {m.encoder!r} picked for this observation space"
@@ -865,6 +873,7 @@ def check_model_reads(m: ModelConfig, encoder: str, discrete: bool | None = None
         "impala_channels": (encoder != "impala_cnn", f"the encoder is {encoder!r}{picked}; set model.encoder: impala_cnn to use it"),
         "std": (discrete, "the actions are Discrete; it shapes the Gaussian policy of Box actions"),
         "log_std_init": (discrete, "the actions are Discrete; it shapes the Gaussian policy of Box actions"),
+        "obs_scale": (not uint8, "no observation is uint8; it scales uint8 observations (float ones are read as they are)"),
     }
     defaults = ModelConfig()
     for key, (ignored, why) in unread.items():

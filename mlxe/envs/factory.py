@@ -17,7 +17,7 @@ from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs import pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
-__all__ = ["TASK_KEYS", "make_env", "env_spaces", "observation_layout"]
+__all__ = ["TASK_KEYS", "make_env", "env_spaces", "observation_layout", "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
 pomdp.register()
@@ -238,7 +238,7 @@ def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, in
     gym = gymnasium
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         parts = observation_parts(space)
-        dtype = "uint8" if all(d == "uint8" for _, d in parts) else "float32"
+        dtype = "uint8" if all(d == "uint8" for _, d, _ in parts) else "float32"
         return (int(gym.spaces.flatdim(space)),), dtype, 0
     if isinstance(space, gym.spaces.Discrete):
         return (), "int64", int(space.n)
@@ -253,10 +253,18 @@ def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, in
     )
 
 
-def observation_parts(space: gymnasium.Space) -> tuple[tuple[tuple[int, ...], str], ...]:
-    """The parts of a Dict or Tuple space in the order Gymnasium flattens them: (shape, dtype) each,
-    a Box as it is (float Boxes as float32), a Discrete part as its one-hot vector (float32), a nested
-    Dict or Tuple as its flat vector (float32); () for any other space."""
+def byte_scale(space: gymnasium.Space) -> float:
+    """What a uint8 Box's values are multiplied by as a network reads them: 1 / its upper bound, so
+    that they span [0, 1] (1/255 for an image of [0, 255], 1 for a grid of 0/1 cells)."""
+    top = float(np.max(space.high)) if isinstance(space, gymnasium.spaces.Box) else 0.0
+    return 1.0 / top if top > 0 else 1.0
+
+
+def observation_parts(space: gymnasium.Space) -> tuple[tuple[tuple[int, ...], str, float], ...]:
+    """The parts of a Dict or Tuple space in the order Gymnasium flattens them: (shape, dtype, scale)
+    each, a Box as it is (float Boxes as float32; a uint8 Box with its :func:`byte_scale`), a Discrete
+    part as its one-hot vector (float32), a nested Dict or Tuple as its flat vector (float32); () for
+    any other space."""
     gym = gymnasium
     if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         return ()
@@ -268,7 +276,7 @@ def observation_parts(space: gymnasium.Space) -> tuple[tuple[tuple[int, ...], st
             shape, dtype = (int(part.n),), "float32"
         else:
             shape, dtype = (int(gym.spaces.flatdim(part)),), "float32"
-        parts.append((shape, dtype))
+        parts.append((shape, dtype, byte_scale(part) if dtype == "uint8" else 1.0))
     return tuple(parts)
 
 

@@ -1,8 +1,8 @@
 """The actor-critic network: encoder -> trunk -> policy head and value head.
 
 The encoder reads the observation (the flat vector itself, a one-hot code, or a CNN over an image;
-uint8 observations are scaled by 1/255 inside the network, so they travel and are stored as
-bytes), the trunk MLP turns its features into the shared representation, and two MLP heads read it.
+uint8 observations are scaled to [0, 1] by their space's upper bound inside the network, so they
+travel and are stored as bytes), the trunk MLP turns its features into the shared representation, and two MLP heads read it.
 A user's module (``model.custom``) can replace the whole network (``NetSpec`` documents the keys).
 
 The policy head is categorical for Discrete actions (its output is the logits) or a diagonal
@@ -60,13 +60,13 @@ class NetSpec:
     """What the network is: the observation it reads, its encoder, trunk and heads, and the actions.
 
     ``obs_shape`` (an int: a flat observation of that size), ``obs_dtype`` (how observations are
-    stored: ``float32``, ``uint8`` (scaled by 1/255 in the network), ``bool``, or ``int64`` for the
-    index of a Discrete observation space of ``obs_categories`` values), ``n_actions`` and the action
+    stored: ``float32``, ``uint8`` (multiplied by ``obs_scale`` in the network), ``bool``, or ``int64``
+    for the index of a Discrete observation space of ``obs_categories`` values), ``n_actions`` and the action
     bounds come from the environment: ``n_actions`` is the number of actions (Discrete) or of action
     dimensions (Box). The encoder turns an observation into a feature vector (``mlp``: the flat
     observation itself; ``onehot``; ``cnn``: the ``conv`` layers; ``impala_cnn``: IMPALA's residual
     stages of ``impala_channels``; ``concat``: a Dict or Tuple observation, stored flat, split into
-    its ``obs_parts`` ((shape, dtype) each), each part encoded (``cnn`` for an image, as it is
+    its ``obs_parts`` ((shape, dtype, scale) each), each part encoded (``cnn`` for an image, as it is
     otherwise) and the features concatenated); the trunk MLP follows it, then the two heads. ``custom``
     ("package.module:Class") replaces encoder, trunk and heads by a user's module
     (:class:`mlxe.models.torch_modules.ActorCritic` documents its contract).
@@ -85,13 +85,14 @@ class NetSpec:
     std: str = "state_independent"  # Box: "state_independent" or "softplus" (see the module doc)
     log_std_init: float = 0.0  # Box: the initial log std
     obs_dtype: str = "float32"
+    obs_scale: float = 1 / 255  # what a uint8 observation is multiplied by (1 / the space's upper bound)
     obs_categories: int = 0  # a Discrete observation space's size (the onehot encoder's width)
     encoder: str = "mlp"
     conv: tuple[tuple[int, int, int, int], ...] = NATURE_CONV
     impala_channels: tuple[int, ...] = (16, 32, 32)
     channels_last: bool = False  # images stored [H, W, C] (the encoder moves the channels first)
     custom: str | None = None
-    obs_parts: tuple[tuple[tuple[int, ...], str], ...] = ()  # a Dict or Tuple observation's parts
+    obs_parts: tuple[tuple[tuple[int, ...], str, float], ...] = ()  # a Dict or Tuple observation's parts
     core: str = "none"  # a recurrent core after the trunk: "lstm" or "gru" of ``core_size`` units
     core_size: int = 128
 
@@ -175,11 +176,11 @@ class NetSpec:
         """The spec each part of a ``concat`` observation is encoded with: ``cnn`` for an image
         (channels last when the last axis is the shortest), ``mlp`` (flattened) otherwise."""
         parts = []
-        for shape, dtype in self.obs_parts:
+        for shape, dtype, scale in self.obs_parts:
             image = len(shape) == 3
             shape = shape if image else (math.prod(shape),)
             parts.append(dataclasses.replace(
-                self, obs_shape=shape, obs_dtype=dtype, encoder="cnn" if image else "mlp", obs_parts=(),
+                self, obs_shape=shape, obs_dtype=dtype, obs_scale=scale, encoder="cnn" if image else "mlp", obs_parts=(),
                 channels_last=image and shape[-1] < shape[0], custom=None,
             ))
         return parts
@@ -388,7 +389,7 @@ class NumpyActorCritic:
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
         self.spec = spec
-        self._scale_obs = spec.obs_dtype == "uint8"
+        self._scale_obs = np.float32(spec.obs_scale) if spec.obs_dtype == "uint8" else None
         self.flat = flat
         self._act = NUMPY_ACTIVATIONS[spec.activation]
         groups, offset, self._core = [], 0, None
@@ -441,10 +442,11 @@ class NumpyActorCritic:
         return x
 
     def inputs(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` [B, obs_dim] as the trunk reads it: float32, uint8 observations scaled by 1/255."""
+        """``obs`` [B, obs_dim] as the trunk reads it: float32, uint8 observations multiplied by
+        ``obs_scale``."""
         x = np.asarray(obs, dtype=np.float32)
-        if self._scale_obs:
-            x *= np.float32(1 / 255)  # in place: x is a new array (a cast from uint8)
+        if self._scale_obs is not None:
+            x *= self._scale_obs  # in place: x is a new array (a cast from uint8)
         return x
 
     def features(self, obs: np.ndarray) -> np.ndarray:
@@ -499,7 +501,7 @@ def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
     :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, or a 1-D Box
     space). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
     (Discrete), ``cnn`` (an image: a 3-D Box)."""
-    from mlxe.envs.factory import observation_layout, observation_parts
+    from mlxe.envs.factory import byte_scale, observation_layout, observation_parts
 
     shape, dtype, categories = observation_layout(observation_space)
     parts = observation_parts(observation_space)
@@ -514,14 +516,21 @@ def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
     if encoder == "auto":
         encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
     check_encoder(encoder, m.custom, shape, categories, parts, observation_space)
-    image = len(shape) == 3 or any(len(part) == 3 for part, _ in parts)
-    check_model_reads(m, encoder, discrete=not box, image=image)  # keys this environment leaves unread
+    image = len(shape) == 3 or any(len(part) == 3 for part, _, _ in parts)
+    uint8 = dtype == "uint8" or any(d == "uint8" for _, d, _ in parts)
+    check_model_reads(m, encoder, discrete=not box, image=image, uint8=uint8)  # keys this environment leaves unread
+    if m.obs_scale is not None:  # the config's scale for every uint8 observation or part
+        parts = tuple((part, d, m.obs_scale if d == "uint8" else scale) for part, d, scale in parts)
+    scale = 1 / 255  # unread: float, bool and index observations are read as they are
+    if dtype == "uint8":  # a flat vector of uint8 parts is scaled by the largest bound
+        scale = m.obs_scale or (min(s for _, _, s in parts) if parts else byte_scale(observation_space))
     channels_last = m.channels_last
     if channels_last is None:
         channels_last = len(shape) == 3 and shape[-1] < shape[0]  # [H, W, C]: the channels are the short axis
     return NetSpec(
         shape, int(actions), tuple(m.trunk), tuple(m.policy_head), tuple(m.value_head), m.activation, m.noisy_policy,
-        **box, obs_dtype=dtype, obs_categories=categories, encoder=encoder,
+        **box, obs_dtype=dtype, obs_scale=scale, obs_categories=categories,
+        encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
         channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size, obs_parts=parts,
     )

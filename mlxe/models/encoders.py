@@ -29,11 +29,12 @@ from mlxe.models.actor_critic import NetSpec
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
-def as_float(obs: torch.Tensor) -> torch.Tensor:
-    """Observations as floats (in their memory format): uint8 scaled by 1/255 to float32, integers and
-    bools cast to float32, floats kept (float32 as stored; float64 in the float64 gradient check)."""
+def as_float(obs: torch.Tensor, scale: float) -> torch.Tensor:
+    """Observations as floats (in their memory format): uint8 multiplied by ``scale`` to float32
+    (``NetSpec.obs_scale``), integers and bools cast to float32, floats kept (float32 as stored;
+    float64 in the float64 gradient check)."""
     if obs.dtype == torch.uint8:
-        return obs.float().mul_(1 / 255)
+        return obs.float().mul_(scale)
     return obs if obs.is_floating_point() else obs.float()
 
 
@@ -42,9 +43,10 @@ class Flat(nn.Module):
 
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()
+        self.scale = spec.obs_scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return as_float(obs)
+        return as_float(obs, self.scale)
 
 
 class OneHot(nn.Module):
@@ -64,7 +66,7 @@ class ImageEncoder(nn.Module):
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()
         self.obs_ndim = len(spec.obs_shape)
-        self.channels_last = spec.channels_last
+        self.channels_last, self.scale = spec.channels_last, spec.obs_scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[: obs.dim() - self.obs_ndim]
@@ -73,7 +75,7 @@ class ImageEncoder(nn.Module):
             x = x.permute(0, 3, 1, 2)
         # channels-last memory (made before the cast: a copy of bytes, not floats): CPU convolutions
         # (oneDNN) run about 1.6x faster on it, backward included
-        x = as_float(x.contiguous(memory_format=torch.channels_last))
+        x = as_float(x.contiguous(memory_format=torch.channels_last), self.scale)
         return self.body(x).flatten(1).reshape(*lead, -1)
 
 
@@ -118,7 +120,7 @@ class ImpalaEncoder(ImageEncoder):
 class Concat(nn.Module):
     """A Dict or Tuple observation stored flat [*lead, D]: split into its parts, each reshaped and
     encoded (its own encoder of :meth:`NetSpec.part_specs`), the features concatenated. A uint8
-    part stored among floats is cast back to bytes first, so it is scaled as an image."""
+    part stored among floats is cast back to bytes first, so it is scaled by its own bound."""
 
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()

@@ -83,7 +83,7 @@ class ActorCritic(nn.Module):
     ``n_actions``, ``head_size()``, the config's sizes) and its ``forward(obs [B, *obs_shape])``
     returns ``(head [B, spec.head_size()], value [B])``: the logits (Discrete) or the Gaussian head's
     input u (Box, mapped as the module doc of :mod:`mlxe.models.actor_critic` says). Observations
-    arrive as stored (uint8 images unscaled: ``mlxe.models.encoders.as_float`` scales them).
+    arrive as stored (uint8 unscaled: ``mlxe.models.encoders.as_float`` scales them by ``spec.obs_scale``).
     """
 
     def __init__(self, spec: NetSpec) -> None:
@@ -162,9 +162,10 @@ class Actor(nn.Module):
     def __init__(self, spec: NetSpec, outputs: int) -> None:
         super().__init__()
         self.net = mlp(actor_shapes(spec, outputs), spec.activation, last_linear=True)
+        self.scale = spec.obs_scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(as_float(obs))
+        return self.net(as_float(obs, self.scale))
 
 
 class QCritics(nn.Module):
@@ -174,14 +175,15 @@ class QCritics(nn.Module):
     def __init__(self, spec: NetSpec, n: int) -> None:
         super().__init__()
         self.q = nn.ModuleList(mlp(critic_shapes(spec), spec.activation, last_linear=True) for _ in range(n))
+        self.scale = spec.obs_scale
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([as_float(obs), action], dim=-1)
+        x = torch.cat([as_float(obs, self.scale), action], dim=-1)
         return torch.stack([q(x).squeeze(-1) for q in self.q])
 
     def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q_1 [B] alone (DDPG's and TD3's actor and DDPG's target read only it)."""
-        return self.q[0](torch.cat([as_float(obs), action], dim=-1)).squeeze(-1)
+        return self.q[0](torch.cat([as_float(obs, self.scale), action], dim=-1)).squeeze(-1)
 
     def weight_matrices(self) -> list[torch.Tensor]:
         """Every Linear layer's weight (what an L2 penalty reads)."""

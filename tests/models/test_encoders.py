@@ -87,6 +87,37 @@ def test_uint8_flat_observations_are_scaled_alike_in_numpy_and_torch():
     np.testing.assert_allclose(NumpyActorCritic(spec, flat_weights(model)).value(obs), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_uint8_observations_are_scaled_by_their_spaces_bound_not_their_dtype():
+    """A grid of 0..3 cells in bytes spans [0, 1] as an image of 0..255 does: the scale is the space's."""
+    grid = gymnasium.spaces.Box(0, 3, (6,), np.uint8)
+    spec = spec_of(grid, "model.trunk=[8]")
+    assert spec.obs_scale == pytest.approx(1 / 3) and spec_of(gymnasium.spaces.Box(0, 255, (6,), np.uint8)).obs_scale == 1 / 255
+    torch.manual_seed(0)
+    model = build_torch(spec)
+    obs = np.random.default_rng(0).integers(0, 4, (5, 6), dtype=np.uint8)
+    with torch.no_grad():
+        as_bytes = model(torch.as_tensor(obs))[1].numpy()
+        as_floats = model(torch.as_tensor(obs.astype(np.float32) / 3))[1].numpy()
+    np.testing.assert_allclose(as_bytes, as_floats, rtol=1e-6)
+    np.testing.assert_allclose(NumpyActorCritic(spec, flat_weights(model)).value(obs), as_bytes, rtol=1e-5, atol=1e-6)
+    assert spec_of(grid, "model.obs_scale=0.5").obs_scale == 0.5  # the config's, where it gives one
+    parts = gymnasium.spaces.Dict({"cells": grid, "camera": gymnasium.spaces.Box(0, 255, (2, 12, 12), np.uint8)})
+    assert [scale for _, _, scale in spec_of(parts, "model.conv=[[4,3,2]]").obs_parts] == [1 / 255, pytest.approx(1 / 3)]
+
+
+@pytest.mark.parametrize(
+    "space, override, match",
+    [
+        (gymnasium.spaces.Box(-1, 1, (6,)), "model.obs_scale=0.5", "model.obs_scale: 0.5 is not read: no observation is uint8"),
+        (gymnasium.spaces.Box(0, 3, (6,), np.uint8), "model.obs_scale=0", r"model.obs_scale: 0(\.0)? is not allowed"),
+        (gymnasium.spaces.Box(0, 3, (6,), np.uint8), "model.obs_scale=-2", r"model.obs_scale: -2(\.0)? is not allowed; expected a finite"),
+    ],
+)
+def test_an_obs_scale_that_cannot_apply_is_named(space, override, match):
+    with pytest.raises(ConfigError, match=match):
+        spec_of(space, override)
+
+
 def test_channels_last_images_read_as_their_channels_first_transpose():
     last = SPECS["cnn, channels last"]
     first = NetSpec((2, 20, 20), 3, (16,), (), (), obs_dtype="uint8", encoder="cnn", conv=((8, 4, 2, 0),))
@@ -231,7 +262,7 @@ def test_a_dict_observation_is_split_into_its_parts_and_encoded_each():
     spec = spec_of(space, "model.conv=[[4,3,2]]", "model.trunk=[8]")
     # Gymnasium flattens a Dict in its (sorted) key order: camera, gear (one-hot), grid, speed
     assert spec.encoder == "concat" and spec.obs_dtype == "float32" and spec.obs_shape == (288 + 4 + 4 + 3,)
-    assert spec.obs_parts == (((2, 12, 12), "uint8"), ((4,), "float32"), ((2, 2), "float32"), ((3,), "float32"))
+    assert spec.obs_parts == (((2, 12, 12), "uint8", 1 / 255), ((4,), "float32", 1.0), ((2, 2), "float32", 1.0), ((3,), "float32", 1.0))
     assert spec.features() == 4 * 5 * 5 + 4 + 4 + 3
     model = build_torch(spec)
     assert sum(p.numel() for p in model.parameters()) == spec.num_params()
