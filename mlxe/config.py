@@ -169,6 +169,17 @@ class EnvConfig:
     # as failed (replaced, its episodes dropped, as after a crash); null: no watchdog
     step_timeout: float | None = 60.0
     remote: RemoteEnvConfig = field(default_factory=RemoteEnvConfig)
+    # how an Executor steps its envs_per_executor environments: "serial" (Gymnasium environments
+    # stepped in turn), "numpy" (CartPole-v1's physics on arrays, all at once: plain CartPole-v1
+    # only); "auto": numpy where it applies, else serial
+    vector: Literal["auto", "serial", "numpy"] = "auto"
+
+    @property
+    def plain_cartpole(self) -> bool:
+        """CartPole-v1 as registered: nothing (the task, kwargs, wrappers, frame stacking) asks for the
+        Gymnasium environment itself, so the NumPy-batched physics can step it."""
+        return (self.api == "gymnasium" and self.id == "CartPole-v1" and not self.task.enabled and not self.kwargs
+                and not self.wrappers and self.frame_stack is None)
 
 
 @dataclass
@@ -637,6 +648,11 @@ def check(cfg: Config) -> None:
         )
     _check_policies(cfg)
     _check_remote(cfg)
+    if cfg.env.vector == "numpy" and cfg.env.api == "gymnasium" and not cfg.env.plain_cartpole:
+        raise ConfigError(
+            f"env.vector: 'numpy' steps plain CartPole-v1 only (env.id {cfg.env.id!r}, without env.task, env.kwargs, "
+            "env.wrappers or env.frame_stack); expected 'auto' or 'serial'"
+        )
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
@@ -664,7 +680,7 @@ def _check_remote(cfg: Config) -> None:
             "server in the run's process feeds every Executor's rows, so the Executors must be its threads)"
         )
     env_defaults = EnvConfig()
-    for key in ("id", "kwargs", "max_episode_steps", "atari", "frame_stack", "wrappers"):
+    for key in ("id", "kwargs", "max_episode_steps", "atari", "frame_stack", "wrappers", "vector"):
         if getattr(cfg.env, key) != getattr(env_defaults, key):
             raise ConfigError(
                 f"env.{key}: not a setting of remote simulators (env.api 'remote'); the simulators make their "
@@ -789,7 +805,7 @@ def _check_policies(cfg: Config) -> None:
     if cfg.learner.placement == "ray" and cfg.backend != "ray":
         raise ConfigError("learner.placement: 'ray' puts each policy in a Ray actor; it needs backend: ray")
     env_defaults = EnvConfig()
-    for key in ("max_episode_steps", "atari", "frame_stack", "wrappers"):
+    for key in ("max_episode_steps", "atari", "frame_stack", "wrappers", "vector"):
         if getattr(cfg.env, key) != getattr(env_defaults, key):
             raise ConfigError(
                 f"env.{key}: not a setting of a PettingZoo environment (env.api 'pettingzoo'); "

@@ -115,8 +115,10 @@ class GymVec:
 
 
 def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, executor: int | None = None):
-    """The fast batched CartPole where it applies (plain CartPole-v1), else Gymnasium's vector env;
-    ``training=False``: evaluation's environments (normal starts). ``env.api: remote``: Executor
+    """The Executor's environments as ``env.vector`` steps them: the NumPy-batched CartPole
+    (:class:`CartPoleVec`, Gymnasium's dynamics; ``auto`` where it applies: plain CartPole-v1) or
+    Gymnasium environments in turn (:class:`GymVec`); ``training=False``: evaluation's environments
+    (normal starts). ``env.api: remote``: Executor
     ``executor``'s rows of the run's remote simulators (None: a probe of the spaces)."""
     if cfg.env.api == "remote":
         from mlxe.envs.remote import RemoteVec
@@ -132,17 +134,9 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         from mlxe.envs.multiagent import AgentRows
 
         return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
-    if uses_batched_cartpole(cfg.env):
+    if cfg.env.vector == "numpy" or (cfg.env.vector == "auto" and cfg.env.plain_cartpole):
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
     return GymVec(cfg, num_envs, seed, training)
-
-
-def uses_batched_cartpole(env) -> bool:
-    """Plain CartPole-v1 is stepped by the NumPy-batched :class:`CartPoleVec`, the same dynamics as
-    Gymnasium's; anything that asks for the Gymnasium environment itself (the task, kwargs, wrappers,
-    frame stacking) gets it."""
-    return (env.id == "CartPole-v1" and not env.task.enabled and not env.kwargs and not env.wrappers
-            and env.frame_stack is None)
 
 
 class RolloutExecutor:

@@ -25,6 +25,26 @@ def test_the_batched_cartpole_is_used_only_when_nothing_asks_for_gymnasiums(tmp_
     env.close()
 
 
+@pytest.mark.parametrize(("vector", "kind"), [("serial", GymVec), ("numpy", CartPoleVec), ("auto", CartPoleVec)])
+def test_env_vector_picks_how_an_executor_steps_plain_cartpole(tmp_path, vector, kind):
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", f"env.vector={vector}"])
+    env = make_vector_env(cfg, 3, 0)
+    assert isinstance(env, kind) and env.reset().shape == (3, 4)
+    env.close()
+
+
+@pytest.mark.parametrize(("config", "overrides", "match"), [
+    ("configs/zoo/ppo/CartPole-v1.yaml", ["env.vector=numpy", "env.frame_stack=2"],
+     r"env.vector: 'numpy' steps plain CartPole-v1 only"),
+    ("configs/zoo/ppo/Pendulum-v1.yaml", ["env.vector=numpy"], r"env.vector: 'numpy' steps plain CartPole-v1 only \(env.id 'Pendulum-v1'"),
+    ("configs/twin_cartpole_ppo.yaml", ["env.vector=serial"], "env.vector: not a setting of a PettingZoo environment"),
+    ("configs/remote_cartpole_ppo.yaml", ["env.vector=serial"], "env.vector: not a setting of remote simulators"),
+])
+def test_an_env_vector_that_cannot_step_the_environment_is_named(config, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(config, overrides)
+
+
 def test_a_wrapper_on_cartpole_is_applied_in_training(tmp_path):
     cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
         f"run.dir={tmp_path}", *QUIET, "stop.eval_return=null", "stop.max_env_steps=2048",
