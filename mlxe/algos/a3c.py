@@ -330,6 +330,11 @@ class A3C(Algorithm):
             info["promotions"] = self.promotions
         return info if self.curiosity is None else info | self.curiosity.metrics()
 
+    @property
+    def max_grad_norm(self) -> float:
+        """``algo.max_grad_norm``, infinite where it is null (no clipping)."""
+        return self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
+
     def step(self, batch: dict[str, np.ndarray]):
         """One gradient step on ``batch``; returns the LOSS_STATS as one tensor."""
         import torch
@@ -339,8 +344,7 @@ class A3C(Algorithm):
         loss, (value_loss, policy_loss, entropy) = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.main.parameters(), self.max_grad_norm)
         self.finite.step(self.optimizer, grad_norm)
         if self.curiosity is not None:  # on the same transitions
             rows = batch["mask"] if self.spec.recurrent else slice(None)
@@ -364,7 +368,7 @@ class A3C(Algorithm):
         if self.spec.noisy_policy:
             self.main.reset_noise()
         loss, (value_loss, policy_loss, entropy) = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.main.zero_grad(set_to_none=True)  # a worker never builds the optimizer
         loss.backward()
         grad = torch.cat([p.grad.reshape(-1) for p in self.main.parameters()]).cpu().numpy()
         return grad, dict(zip(LOSS_STATS, torch.stack([loss.detach(), value_loss, policy_loss, entropy]).tolist()))
@@ -378,8 +382,7 @@ class A3C(Algorithm):
         for p in self.main.parameters():
             p.grad = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        max_norm = self.algo.max_grad_norm if self.algo.max_grad_norm is not None else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.main.parameters(), max_norm))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.main.parameters(), self.max_grad_norm))
         self.finite.step(self.optimizer, grad_norm)
         self.updates += 1
         return {"grad_norm": grad_norm, "lr": self.optimizer.param_groups[0]["lr"], "nonfinite_steps": self.finite.skipped}

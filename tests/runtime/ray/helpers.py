@@ -110,6 +110,32 @@ def when_status(run_root: str | Path, act: Callable[[Path, dict], Any], timeout:
         watcher.join()
 
 
+def killed_mid_run(cfg, actor: Callable[[dict], str | None], match: str) -> tuple[Path, int]:
+    """Train ``cfg`` with paced Executors and kill the Ray actor that ``actor(status)`` names (None: not
+    yet); the run must stop with the :class:`WorkerFailed` that ``match`` describes and say so in its
+    status. Returns its run directory and the iterations its last checkpoint holds."""
+    import pytest
+    import ray
+
+    from mlxe.runtime.transport.workers import WorkerFailed
+    from tests.runtime.ray.slow import Paced
+
+    def kill(run_dir: Path, st: dict) -> Path | None:
+        name = actor(st)
+        if name is None:
+            return None
+        ray.kill(ray.get_actor(name))
+        return run_dir
+
+    with when_status(cfg.run.dir, kill) as killed:
+        with pytest.raises(WorkerFailed, match=match):
+            train_with(cfg, Paced)
+    assert killed, "the run ended before the actor could be killed"
+    run_dir = killed[0]
+    assert status(run_dir)["state"] == "failed"
+    return run_dir, load_checkpoint(run_dir)["trainer"]["iteration"]
+
+
 def kill_executor_0(run_dir: Path, st: dict) -> str | None:
     """A :func:`when_status` action: kill Executor 0's actor once the run is past its second
     iteration with it running; the killed actor's name."""

@@ -7,7 +7,6 @@ resumes; the config rules."""
 import io
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,7 @@ from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
 from mlxe.runtime.ray.backend import _local_cpus, resolve_executors  # noqa: E402
 from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from mlxe.service.status import print_status  # noqa: E402
-from tests.runtime.ray.helpers import assert_same_run, local_ray, status, train_with, when_status  # noqa: E402
-from tests.runtime.ray.slow import Paced  # noqa: E402
+from tests.runtime.ray.helpers import assert_same_run, killed_mid_run, local_ray, status  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
          "run.status_every=0.1", "arch=is", "backend=ray", "stop.eval_return=null"]
@@ -94,19 +92,10 @@ def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes(config, tmp_pat
     per = per_iteration(config())
     cfg = config("ray.learner_num_gpus=1", "run.checkpoint_every=1", f"stop.max_env_steps={16 * per}")  # 16 x >= 0.1 s
 
-    def kill_the_learner(run_dir: Path, st: dict) -> Path | None:
-        if st["iteration"] >= 2 and st["learner"]:
-            ray.kill(ray.get_actor(st["learner"]["name"]))
-            return run_dir
-        return None
+    def learner(st: dict) -> str | None:
+        return st["learner"]["name"] if st["iteration"] >= 2 and st["learner"] else None
 
-    with when_status(cfg.run.dir, kill_the_learner) as killed:
-        with pytest.raises(WorkerFailed, match=r"learner failed: the learner actor died .* --resume"):
-            train_with(cfg, Paced)
-    assert killed, "the run ended before the learner could be killed"
-    run_dir = killed[0]
-    assert status(run_dir)["state"] == "failed"
-    trained = load_checkpoint(run_dir)["trainer"]["iteration"]
+    run_dir, trained = killed_mid_run(cfg, learner, r"learner failed: the learner actor died .* --resume")
     assert 2 <= trained < 16
     more = mlxe.train(overrides=[f"stop.max_env_steps={18 * per}"], resume=run_dir)
     updates = cfg.algo.epochs * (per // cfg.algo.batch_size)

@@ -10,16 +10,12 @@ import mlxe  # noqa: E402
 from mlxe.config import ConfigError  # noqa: E402
 from mlxe.loading import load_config  # noqa: E402
 from mlxe.runtime.checkpoints import load_checkpoint  # noqa: E402
-from mlxe.runtime.transport.workers import WorkerFailed  # noqa: E402
 from tests.runtime.ray.helpers import (  # noqa: E402
     assert_same_run,
     assert_same_state,
+    killed_mid_run,
     local_ray,
-    status,
-    train_with,
-    when_status,
 )
-from tests.runtime.ray.slow import Paced  # noqa: E402
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork",
          "run.status_every=0.1", "arch=is"]
@@ -72,20 +68,13 @@ def test_a_shard_that_dies_stops_the_run_naming_it_and_the_checkpoint_resumes(co
                  "stop.max_env_steps=4096", "run.checkpoint_every=1")
     per = 2 * 2 * 16
 
-    def kill_shard_0(run_dir, st):
-        if st["iteration"] >= 3:
-            (name,) = [n for n in ray.util.list_named_actors() if n.startswith("replay-shard-0-")]
-            ray.kill(ray.get_actor(name))
-            return run_dir
-        return None
+    def shard_0(st: dict) -> str | None:
+        if st["iteration"] < 3:
+            return None
+        (name,) = [n for n in ray.util.list_named_actors() if n.startswith("replay-shard-0-")]
+        return name
 
-    with when_status(cfg.run.dir, kill_shard_0) as killed:
-        with pytest.raises(WorkerFailed, match=r"replay-shard-0 failed: .*"):
-            train_with(cfg, Paced)
-    assert killed, "the run ended before the shard could be killed"
-    run_dir = killed[0]
-    assert status(run_dir)["state"] == "failed"
-    trained = load_checkpoint(run_dir)["trainer"]["iteration"]
+    run_dir, trained = killed_mid_run(cfg, shard_0, r"replay-shard-0 failed: .*")
     assert 3 <= trained < 64
     more = mlxe.train(overrides=[f"stop.max_env_steps={(trained + 2) * per}"], resume=run_dir)
     assert more.summary["stop_reason"] == "max_env_steps" and more.summary["iterations"] == trained + 2
