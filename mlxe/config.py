@@ -171,8 +171,13 @@ class EnvConfig:
     remote: RemoteEnvConfig = field(default_factory=RemoteEnvConfig)
     # how an Executor steps its envs_per_executor environments: "serial" (Gymnasium environments
     # stepped in turn), "numpy" (CartPole-v1's physics on arrays, all at once: plain CartPole-v1
-    # only); "auto": numpy where it applies, else serial
-    vector: Literal["auto", "serial", "numpy"] = "auto"
+    # only), "shm" (vector_workers processes, each stepping its share of the environments and
+    # writing the results into shared memory: the same results as serial), "envpool" (EnvPool's C++
+    # threads, pip install 'mlxe[envpool]': Atari and MuJoCo among others, its own results); "auto":
+    # numpy where it applies, else serial
+    vector: Literal["auto", "serial", "numpy", "shm", "envpool"] = "auto"
+    # shm: worker processes per Executor; null: the cores available divided among the Executors
+    vector_workers: int | None = None
 
     @property
     def plain_cartpole(self) -> bool:
@@ -648,10 +653,15 @@ def check(cfg: Config) -> None:
         )
     _check_policies(cfg)
     _check_remote(cfg)
+    if cfg.env.vector_workers is not None and (cfg.env.vector != "shm" or cfg.env.vector_workers < 1):
+        raise ConfigError(
+            f"env.vector_workers: {cfg.env.vector_workers!r} is not allowed; expected a positive number of worker "
+            f"processes with env.vector 'shm' (env.vector is {cfg.env.vector!r}), or null"
+        )
     if cfg.env.vector == "numpy" and cfg.env.api == "gymnasium" and not cfg.env.plain_cartpole:
         raise ConfigError(
             f"env.vector: 'numpy' steps plain CartPole-v1 only (env.id {cfg.env.id!r}, without env.task, env.kwargs, "
-            "env.wrappers or env.frame_stack); expected 'auto' or 'serial'"
+            "env.wrappers or env.frame_stack); expected 'auto', 'serial' or 'shm'"
         )
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)

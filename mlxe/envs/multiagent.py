@@ -56,7 +56,7 @@ def _is_image(space: gym.Space) -> bool:
 
 class AgentRows:
     """``num_envs`` PettingZoo parallel envs of ``factory`` as ``num_envs * N`` rows (see the module
-    doc); environment e is seeded with ``seed + e``. Attributes as :class:`~mlxe.runtime.rollout.GymVec`
+    doc); environment e is seeded with ``seed + e``. Attributes as :class:`~mlxe.envs.serial.GymVec`
     has them (``num_envs`` is the row count), plus the agents' own spaces and rows.
 
     ``n_actions``: the largest agent's number of actions when every agent's action space is Discrete

@@ -355,7 +355,7 @@ def active_hub() -> SimulatorHub:
 
 
 class RemoteVec:
-    """Executor ``executor``'s E rows of the run's :class:`SimulatorHub`, with :class:`~mlxe.runtime.rollout.GymVec`'s
+    """Executor ``executor``'s E rows of the run's :class:`SimulatorHub`, with :class:`~mlxe.envs.serial.GymVec`'s
     interface. Built without ``executor`` (the schedule's probe of the spaces) it only describes them.
 
     ``lost`` [E] bool: after :meth:`step`, the rows whose episode was dropped (their simulator

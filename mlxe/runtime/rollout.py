@@ -15,12 +15,14 @@ always reported in the environment's own rewards.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
-from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
 from mlxe.envs.filters import Filters
+from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
 from mlxe.policies.manager import algorithm_class
@@ -28,96 +30,11 @@ from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.watchdog import Heartbeats
 
 
-class GymVec:
-    """E environments of ``cfg.env`` stepped in turn, with MLxE's step semantics (a Gymnasium
-    ``SyncVectorEnv`` in same-step autoreset mode, without its per-step copies and info merging,
-    which cost more than a CartPole step). Environment i is seeded with ``seed + i`` once.
-
-    ``n_actions`` is what :func:`~mlxe.envs.factory.env_spaces` says: the number of actions of a
-    Discrete space, or the Box itself. Box actions are clipped to the bounds here, so a policy may
-    act (and store) unbounded samples, e.g. of a Gaussian.
-    """
-
-    def __init__(self, cfg, num_envs: int, seed: int, training: bool = True) -> None:
-        import gymnasium as gym
-
-        self.envs = [make_env_from_config(cfg.env, training=training) for _ in range(num_envs)]
-        self.num_envs = num_envs
-        self.observation_space, self.n_actions = env_spaces(self.envs[0])
-        shape, dtype, _ = observation_layout(self.observation_space)
-        self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)  # as stored: images stay uint8
-        # a Dict or Tuple observation is stored as Gymnasium flattens it (the model splits it again)
-        self.structured = isinstance(self.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        space = self.envs[0].action_space
-        self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-        self.seed = seed
-
-    def reset(self, seeded: bool = True) -> np.ndarray:
-        """First observations [E, *obs]; ``seeded``: from ``seed + i`` (else the environments'
-        RNGs continue)."""
-        seeds = [self.seed + i if seeded else None for i in range(self.num_envs)]
-        return np.stack([self.stored(env.reset(seed=s)[0]) for s, env in zip(seeds, self.envs)])
-
-    def stored(self, obs) -> np.ndarray:
-        """One observation as it is stored (see :func:`~mlxe.envs.factory.observation_layout`)."""
-        if self.structured:
-            import gymnasium as gym
-
-            obs = gym.spaces.flatten(self.observation_space, obs)
-        return np.asarray(obs, self.obs_dtype)
-
-    def step(self, actions: np.ndarray):
-        """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
-        terminated, truncated, final_obs), each [E, ...]; an environment whose episode ended is reset
-        at once (``obs``: its new first observation, ``final_obs``: the one its episode ended in;
-        None when no episode ended)."""
-        if self.bounds is not None:
-            actions = np.clip(actions, *self.bounds)
-        else:
-            actions = actions.tolist()  # Python ints, as a single environment is stepped
-        E = self.num_envs
-        obs = np.empty((E, *self.obs_shape), self.obs_dtype)
-        reward = np.empty(E, np.float32)
-        done = np.zeros((2, E), bool)  # terminated, truncated
-        final = None
-        for i, env in enumerate(self.envs):
-            o, reward[i], term, trunc, _ = env.step(actions[i])
-            if term or trunc:
-                done[:, i] = term, trunc
-                if final is None:
-                    final = np.empty_like(obs)
-                final[i] = self.stored(o) if self.structured else o
-                o, _ = env.reset()
-            obs[i] = self.stored(o) if self.structured else o
-        if final is not None:
-            ended = done[0] | done[1]
-            final[~ended] = obs[~ended]
-        return obs, reward, done[0], done[1], final
-
-    def state_dict(self) -> list[dict]:
-        """Each environment's RNG and own checkpointable state (e.g. the CartPole task's episode
-        count); not its episode in progress (a Gymnasium environment cannot say what that is)."""
-        return [
-            {"rng": env.unwrapped.np_random.bit_generator.state, **(env.state_dict() if hasattr(env, "state_dict") else {})}
-            for env in self.envs
-        ]
-
-    def load_state_dict(self, states: list[dict]) -> None:
-        for env, state in zip(self.envs, states):
-            state = dict(state)
-            env.unwrapped.np_random.bit_generator.state = state.pop("rng")
-            if state:
-                env.load_state_dict(state)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-
 def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, executor: int | None = None):
     """The Executor's environments as ``env.vector`` steps them: the NumPy-batched CartPole
-    (:class:`CartPoleVec`, Gymnasium's dynamics; ``auto`` where it applies: plain CartPole-v1) or
-    Gymnasium environments in turn (:class:`GymVec`); ``training=False``: evaluation's environments
+    (:class:`CartPoleVec`, Gymnasium's dynamics; ``auto`` where it applies: plain CartPole-v1),
+    Gymnasium environments in turn (:class:`GymVec`) or in worker processes over shared memory
+    (:class:`~mlxe.envs.shared_memory.SharedMemoryVec`); ``training=False``: evaluation's environments
     (normal starts). ``env.api: remote``: Executor
     ``executor``'s rows of the run's remote simulators (None: a probe of the spaces)."""
     if cfg.env.api == "remote":
@@ -136,7 +53,16 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
     if cfg.env.vector == "numpy" or (cfg.env.vector == "auto" and cfg.env.plain_cartpole):
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
-    return GymVec(cfg, num_envs, seed, training)
+    if cfg.env.vector == "envpool":
+        from mlxe.envs.envpool_vec import EnvPoolVec
+
+        return EnvPoolVec(cfg.env, num_envs, seed, training)
+    if cfg.env.vector == "shm":
+        from mlxe.envs.shared_memory import SharedMemoryVec
+
+        workers = cfg.env.vector_workers or max(1, len(os.sched_getaffinity(0)) // cfg.num_executors())
+        return SharedMemoryVec(cfg.env, num_envs, seed, training, workers)
+    return GymVec(cfg.env, num_envs, seed, training)
 
 
 class RolloutExecutor:
@@ -279,6 +205,10 @@ class RolloutExecutor:
         self.restarted = False
         return segment, episodes
 
+    def close(self) -> None:
+        """Close the environments (a vector env's worker processes end)."""
+        self.env.close()
+
     def state_dict(self) -> dict:
         """The policy's state (its RNG), the environments' and the episodes in progress."""
         episodes = {
@@ -362,15 +292,18 @@ def rollout_loop(
     """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart, steps)`` ->
     ``("rollout", segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
     executor = RolloutExecutor(cfg, index, weights, seed, executors, heartbeats)
-    if state is not None:
-        executor.load_state_dict(state)
-    while True:
-        msg = channel.recv()
-        if msg[0] == "close":
-            return
-        if msg[0] == "state":
-            channel.send(("state", executor.state_dict()))
-        elif msg[0] == "rollout":
-            channel.send(("rollout", *executor.rollout(*msg[1:])))
-        else:
-            raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")
+    try:
+        if state is not None:
+            executor.load_state_dict(state)
+        while True:
+            msg = channel.recv()
+            if msg[0] == "close":
+                return
+            if msg[0] == "state":
+                channel.send(("state", executor.state_dict()))
+            elif msg[0] == "rollout":
+                channel.send(("rollout", *executor.rollout(*msg[1:])))
+            else:
+                raise ValueError(f"rollout executor {index}: unknown command {msg[0]!r}")
+    finally:
+        executor.close()

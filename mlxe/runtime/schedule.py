@@ -39,13 +39,13 @@ from mlxe.config import Config
 from mlxe.core import Algorithm, Episode, Segment
 from mlxe.envs.filters import Filters
 from mlxe.envs.remote import active_hub
-from mlxe.models.actor_critic import NetSpec, net_spec
+from mlxe.models.actor_critic import NetSpec
 from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.learner import Learner, build_learner
-from mlxe.runtime.rollout import make_vector_env, rollout_loop
-from mlxe.runtime.setup import Seeds, context, replacement_seed
+from mlxe.runtime.rollout import rollout_loop
+from mlxe.runtime.setup import Seeds, context, problem_spec, replacement_seed
 from mlxe.runtime.status import ExecutorStatus, StatusFile
 from mlxe.runtime.threads import limit_threads
 from mlxe.runtime.trainer import Trainer
@@ -280,9 +280,7 @@ def last_line(failure: WorkerFailed) -> str:
 
 def run_local(cfg: Config, trainer: Trainer) -> str:
     """Train on local processes (ISTB: threads) until a stop condition; returns the stop reason."""
-    probe = make_vector_env(cfg, 1, 0)
-    spec = net_spec(cfg.model, probe.observation_space, probe.n_actions)
-    probe.close()
+    spec = problem_spec(cfg)
     seeds = Seeds.derive(cfg.seed, cfg.num_executors())
     restored = trainer.restored
     # Executors first: their processes start up while the Learner is built (its first optimizer

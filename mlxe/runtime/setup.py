@@ -40,7 +40,7 @@ def problem_spec(cfg: Config) -> NetSpec:
         from mlxe.envs.remote import remote_spaces
 
         return net_spec(cfg.model, *remote_spaces(cfg.env.remote))
-    if cfg.env.api == "pettingzoo":
+    if cfg.env.api == "pettingzoo" or cfg.env.vector == "envpool":  # the spaces of the rows the Executors step
         from mlxe.runtime.rollout import make_vector_env
 
         probe = make_vector_env(cfg, 1, 0)

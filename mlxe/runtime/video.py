@@ -41,11 +41,11 @@ def record_video(
         import imageio.v2 as imageio
     except ImportError:
         raise ConfigError("--video needs imageio: pip install 'mlxe[video]'") from None
-    from mlxe.runtime.rollout import GymVec
+    from mlxe.envs.serial import GymVec
 
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's renderers draw off screen: no display wanted
     rendering = replace(cfg, env=replace(cfg.env, kwargs={**cfg.env.kwargs, "render_mode": "rgb_array"}))
-    vec = GymVec(rendering, 1, seed, training=False)
+    vec = GymVec(rendering.env, 1, seed, training=False)
     env = vec.envs[0]
     fps = env.metadata.get("render_fps") or 30
     path.parent.mkdir(parents=True, exist_ok=True)

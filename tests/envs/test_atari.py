@@ -20,11 +20,14 @@ def test_atari_observations_are_stacked_84x84_bytes():
     env.close()
 
 
-def test_pong_ppo_trains_a_few_iterations(tmp_path):
+@pytest.mark.parametrize("vector", ["serial", "shm", "envpool"])
+def test_pong_ppo_trains_a_few_iterations(tmp_path, vector):
+    if vector == "envpool":
+        pytest.importorskip("envpool")
     cfg = mlxe.load_config("configs/pong_ppo.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
         "arch=is", "executors=1", "envs_per_executor=2", "rollout.steps=16", "algo.batch_size=16", "stop.max_env_steps=64",
-        "torch_threads=1",
+        "torch_threads=1", f"env.vector={vector}",
     ])
     summary = mlxe.train(cfg).summary
     assert summary["stop_reason"] == "max_env_steps" and summary["updates"] == 2 * 4 * 2, summary

@@ -14,8 +14,8 @@ from pettingzoo.classic.tictactoe.tictactoe import env as tictactoe_env
 
 from mlxe.config import ConfigError
 from mlxe.envs.multiagent import AgentRows, make_parallel_env
+from mlxe.envs.serial import GymVec
 from mlxe.loading import from_dict
-from mlxe.runtime.rollout import GymVec
 
 REWARDS = {"a": 1.0, "b": 2.0, "c": 3.0}
 
@@ -208,7 +208,7 @@ def test_environments_that_did_not_end_keep_their_rows_in_final_obs():
 def test_step_semantics_equal_gym_vec():
     """A one-agent parallel env steps exactly as GymVec steps the Gymnasium env it wraps."""
     cfg = from_dict({"env": {"id": "CartPole-v1", "max_episode_steps": 20}})
-    ref, vec = GymVec(cfg, 3, seed=5), AgentRows(lambda: SoloCartPole(20), 3, seed=5)
+    ref, vec = GymVec(cfg.env, 3, seed=5), AgentRows(lambda: SoloCartPole(20), 3, seed=5)
     np.testing.assert_array_equal(vec.reset(), ref.reset())
     rng, ended = np.random.default_rng(0), np.zeros(2, int)
     for _ in range(120):

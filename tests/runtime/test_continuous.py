@@ -15,11 +15,12 @@ from mlxe.algos.on_policy import ActorCriticPolicy
 from mlxe.algos.ppo import PPO
 from mlxe.config import ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
+from mlxe.envs.serial import GymVec
 from mlxe.loading import load_config
 from mlxe.models.actor_critic import flat_weights, net_spec
 from mlxe.models.network import build_torch
 from mlxe.runtime.checkpoints import load_checkpoint
-from mlxe.runtime.rollout import GymVec, RolloutExecutor, make_vector_env
+from mlxe.runtime.rollout import RolloutExecutor, make_vector_env
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
@@ -66,7 +67,7 @@ def rollout_executor(cfg, seed=1):
 
 def greedy_return(cfg, weights: np.ndarray, episodes: int = 10, seed: int = 123) -> float:
     """Mean undiscounted return of ``episodes`` greedy episodes (one per environment of a GymVec)."""
-    env = GymVec(cfg, episodes, seed)
+    env = GymVec(cfg.env, episodes, seed)
     policy = ActorCriticPolicy(net_spec(cfg.model, env.observation_space, env.n_actions), seed=0)
     policy.load(weights)
     obs, total = env.reset(), np.zeros(episodes)
@@ -136,11 +137,11 @@ def test_actions_are_stored_raw_and_clipped_at_the_env(tmp_path):
 
 
 def test_gym_vector_env_clips_box_actions_only(tmp_path):
-    box = GymVec(pendulum_config(tmp_path, f"env.id={ECHO}"), 2, seed=0)
+    box = GymVec(pendulum_config(tmp_path, f"env.id={ECHO}").env, 2, seed=0)
     box.reset()
     obs, *_ = box.step(np.array([[5.0, -5.0], [0.25, 0.25]], np.float32))
     np.testing.assert_array_equal(obs, [[1.0, -0.5], [0.25, 0.25]])
-    discrete = GymVec(pendulum_config(tmp_path, "env.id=tests.envs.tiny_env:TinyEnv"), 2, seed=0)
+    discrete = GymVec(pendulum_config(tmp_path, "env.id=tests.envs.tiny_env:TinyEnv").env, 2, seed=0)
     assert discrete.bounds is None and discrete.n_actions == 2
 
 

@@ -51,6 +51,19 @@ def test_a_segment_algorithm_replays_its_request_to_the_replacement(tmp_path):
     assert read_csv(result.run_dir / "metrics.csv")["restarts"][-1] == 1
 
 
+@pytest.mark.parametrize("arch", ["istb", "is"])
+def test_a_dead_environment_worker_fails_its_executor_which_is_replaced(tmp_path, arch):
+    """env.vector: shm: a worker process that dies (here it exits mid-step) is an Executor's failure."""
+    once = tmp_path / "crashed"
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", *QUIET, *CRASHING, f"env.kwargs={{crash_at: 7, hard: true, once: {once}}}", f"arch={arch}",
+        "env.vector=shm", "env.vector_workers=2", "stop.eval_return=null", "stop.max_env_steps=2048"])
+    result = mlxe.train(cfg)
+    assert once.exists() and result.summary["env_steps"] == 2048
+    metrics = read_csv(result.run_dir / "metrics.csv")
+    assert metrics["restarts"][-1] == 1 and metrics["episodes_lost"][-1] == cfg.envs_per_executor
+
+
 def children_of(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []

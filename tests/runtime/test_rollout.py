@@ -4,9 +4,14 @@ import pytest
 
 import mlxe
 from mlxe.config import ConfigError
+from mlxe.envs.serial import GymVec
+from mlxe.envs.shared_memory import SharedMemoryVec
 from mlxe.envs.vector import CartPoleVec
 from mlxe.loading import load_config
-from mlxe.runtime.rollout import GymVec, make_vector_env
+from mlxe.runtime.checkpoints import load_checkpoint
+from mlxe.runtime.rollout import make_vector_env
+from mlxe.telemetry.metrics import read_csv
+from tests.runtime.test_device import assert_same_tensors
 
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
 
@@ -25,12 +30,38 @@ def test_the_batched_cartpole_is_used_only_when_nothing_asks_for_gymnasiums(tmp_
     env.close()
 
 
-@pytest.mark.parametrize(("vector", "kind"), [("serial", GymVec), ("numpy", CartPoleVec), ("auto", CartPoleVec)])
+@pytest.mark.parametrize(("vector", "kind"), [
+    ("serial", GymVec), ("numpy", CartPoleVec), ("auto", CartPoleVec), ("shm", SharedMemoryVec), ("envpool", "EnvPoolVec"),
+])
 def test_env_vector_picks_how_an_executor_steps_plain_cartpole(tmp_path, vector, kind):
+    if vector == "envpool":
+        kind = pytest.importorskip("mlxe.envs.envpool_vec").EnvPoolVec
     cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", f"env.vector={vector}"])
     env = make_vector_env(cfg, 3, 0)
     assert isinstance(env, kind) and env.reset().shape == (3, 4)
     env.close()
+
+
+def test_shared_memory_workers_train_exactly_as_serial_environments(tmp_path):
+    """The same seeds, the same episodes and weights: env.vector: shm changes where the steps run, not what they are."""
+    runs = []
+    for vector in ("serial", "shm"):
+        cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+            f"run.dir={tmp_path / vector}", *QUIET, "stop.eval_return=null", "stop.max_env_steps=2048", "arch=istb",
+            f"env.vector={vector}", "env.max_episode_steps=60"])
+        runs.append(mlxe.train(cfg).run_dir)
+    serial, shm = (read_csv(r / "episodes.csv") for r in runs)
+    assert serial["length"].tolist() == shm["length"].tolist() and len(serial["length"]) > 20
+    assert_same_tensors(*(load_checkpoint(r)["learner"] for r in runs))
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["env.vector_workers=2"], r"env.vector_workers: 2 is not allowed; .* \(env.vector is 'auto'\)"),
+    (["env.vector=shm", "env.vector_workers=0"], "env.vector_workers: 0 is not allowed"),
+])
+def test_vector_workers_belong_to_the_shared_memory_env(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", *overrides])
 
 
 @pytest.mark.parametrize(("config", "overrides", "match"), [

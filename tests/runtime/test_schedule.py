@@ -96,7 +96,7 @@ def test_a2c_and_pg_solve_cartpole(tmp_path, algo, threshold):
 
 
 def test_gymnasium_vector_env_keeps_final_observations(tmp_path):
-    from mlxe.runtime.rollout import GymVec
+    from mlxe.envs.serial import GymVec
 
     # TinyEnv observes its step count and terminates after 3 steps
     cfg = ppo_config(tmp_path, "env.id=tests.envs.tiny_env:TinyEnv", "env.kwargs={length: 3}")

@@ -34,10 +34,11 @@ FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 
 def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds: float) -> dict:
     """``collect()`` steps/s of one Executor with ``num_envs`` environments, and the bare-loop floor."""
+    from mlxe.envs.serial import GymVec
     from mlxe.loading import load_config
     from mlxe.models.actor_critic import flat_weights
     from mlxe.models.network import acting_network, build_torch
-    from mlxe.runtime.rollout import GymVec, RolloutExecutor
+    from mlxe.runtime.rollout import RolloutExecutor
     from mlxe.runtime.setup import problem_spec
     from mlxe.runtime.threads import limit_threads
     from mlxe.runtime.transport.weights import SharedWeights
@@ -49,7 +50,7 @@ def acting_only(config: str | Path, num_envs: int, overrides: list[str], seconds
     shared = SharedWeights(len(weights))
     shared.publish(weights)
     executor = RolloutExecutor(cfg, 0, shared, seed=0)
-    env = GymVec(cfg, num_envs, 0)
+    env = GymVec(cfg.env, num_envs, 0)
     try:
         return collect_and_floor(executor, env, acting_network(spec, weights.copy()), cfg.rollout.steps, seconds)
     finally:

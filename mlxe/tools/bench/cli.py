@@ -100,6 +100,13 @@ def run(args: argparse.Namespace) -> int:
             acting_envs=args.acting_envs, steps=args.steps, sb3_python=args.sb3_python,
             overrides=args.overrides, out_dir=args.out,
         )
+    elif args.bench == "vector":
+        from mlxe.tools.bench.vector import bench_vector
+
+        out = bench_vector(
+            args.envs.split(","), sizes=args.num_envs, backends=args.backends.split(",") if args.backends else None,
+            seconds=args.seconds, rounds=args.rounds, async_max=args.async_max, out_dir=args.out,
+        )
     else:
         from mlxe.tools.bench.ablations import bench_ablations
 
@@ -210,6 +217,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seconds", type=float, default=10.0, help="duration of the throughput measurement")
     b.add_argument("--requests", type=int, default=2000, help="single-observation requests timed for latency")
     b.add_argument("--train-steps", type=int, default=10_000, help="env steps of the run trained without --run")
+    b = bench.add_parser("vector", help="env steps/s of each vector-env backend beside Gymnasium's, EnvPool and PufferLib")
+    b.add_argument("--envs", default="CartPole-v1,HalfCheetah-v5,ALE/Pong-v5", help="comma-separated env ids")
+    b.add_argument("--num-envs", type=counts, default="8,64,256", help="comma-separated batch sizes")
+    b.add_argument("--backends", default=None, help="comma-separated (default: all): serial, shm, gym-sync, gym-async, "
+                   "envpool, envpool-bare, pufferlib")
+    b.add_argument("--seconds", type=float, default=5.0, help="timed stepping of each measurement")
+    b.add_argument("--rounds", type=int, default=1, help="repeat the measurements in turn (median rates)")
+    b.add_argument("--async-max", type=int, default=64, help="most environments of AsyncVectorEnv (a process each)")
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-vector-<time>)")
+    b.set_defaults(func=run)
     b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
     b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")
