@@ -464,10 +464,10 @@ def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
     "name, key, owners",
     [
         ("ppo", "td_n=3", "a3c"),
-        ("a3c", "clip=0.1", "ppo"),
-        ("dqn", "gae_lambda=0.9", "ppo, a2c, trpo"),
-        ("a2c", "epochs=3", "ppo"),
-        ("pg", "value_coef=0.5", "a3c, ppo, a2c"),
+        ("a3c", "clip=0.1", "ppo, appo"),
+        ("dqn", "gae_lambda=0.9", "ppo, appo, a2c, impala, trpo"),
+        ("a2c", "epochs=3", "ppo, appo"),
+        ("pg", "value_coef=0.5", "a3c, ppo, appo, a2c, impala"),
         ("ppo", "buffer_size=10", "dqn, ddpg, td3, sac"),
         ("sac", "target_noise=0.1", "td3"),
     ],
@@ -954,7 +954,7 @@ def test_a_run_directory_written_with_a_key_its_algorithm_never_read_still_loads
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
     cfg = load_run_config(tmp_path, ["algo.lr=0.01"])
     assert cfg.algo.name == "ppo" and cfg.algo.lr == 0.01 and not hasattr(cfg.algo, "optimizer")
-    with pytest.raises(ConfigError, match="algo.optimizer: not a setting of algo.name 'ppo' .it belongs to a2c."):
+    with pytest.raises(ConfigError, match="algo.optimizer: not a setting of algo.name 'ppo' .it belongs to a2c, impala."):
         load_config(tmp_path / "config.yaml")
 
 

@@ -19,7 +19,9 @@ from mlxe.core import Algorithm, Gradients
 ALGORITHMS = {
     "a3c": "mlxe.algos.a3c",
     "ppo": "mlxe.algos.ppo",
+    "appo": "mlxe.algos.appo",
     "a2c": "mlxe.algos.a2c",
+    "impala": "mlxe.algos.impala",
     "pg": "mlxe.algos.pg",
     "dqn": "mlxe.algos.dqn",
     "ddpg": "mlxe.algos.ddpg",
@@ -124,5 +126,5 @@ def check_policy(name: str, cfg: Config) -> None:
     if algorithm(cfg.algo.name).iteration == "episode":
         raise ConfigError(
             f"policies.{name}.algo.name: {cfg.algo.name!r} learns from whole episodes; the policies of a "
-            "multi-agent run learn from segments (ppo, a2c, pg, trpo, dqn, ddpg, td3, sac)"
+            f"multi-agent run learn from segments ({_able(lambda c: c.iteration != 'episode')})"
         )

@@ -92,7 +92,11 @@ def pg(algo, logp, entropy, value, mb: dict, progress: float):
 
 
 # the class (module and name) whose torch ``loss`` each form computes
-LOSS_GRADS: dict[str, Callable] = {"mlxe.algos.a2c.A2C": a2c, "mlxe.algos.ppo.PPO": ppo, "mlxe.algos.pg.PG": pg}
+LOSS_GRADS: dict[str, Callable] = {
+    "mlxe.algos.a2c.A2C": a2c, "mlxe.algos.ppo.PPO": ppo, "mlxe.algos.pg.PG": pg,
+    # V-trace changes their targets, not their losses
+    "mlxe.algos.appo.APPO": ppo, "mlxe.algos.impala.IMPALA": a2c,
+}
 
 
 def numpy_backprop(algo, required: bool, fallback: Callable):

@@ -128,11 +128,12 @@ def flatten(x):
     return x.reshape(-1, *x.shape[2:])
 
 
-def next_values(segment: Segment, value_of) -> np.ndarray:
-    """V(s_{t+1}) [T, E] for GAE: the recorded value of the next row, ``value_of(next_obs, next_state)``
-    after the segment's last step, and ``value_of(final observation, final_state)`` where an episode
-    ended (GAE masks it after a termination); the states are None for a feed-forward policy."""
-    value = segment.steps["value"]
+def next_values(segment: Segment, value_of, values: np.ndarray | None = None) -> np.ndarray:
+    """V(s_{t+1}) [T, E] for GAE: the next row's value (``values`` [T, E], by default the recorded
+    one), ``value_of(next_obs, next_state)`` after the segment's last step, and
+    ``value_of(final observation, final_state)`` where an episode ended (GAE masks it after a
+    termination); the states are None for a feed-forward policy."""
+    value = segment.steps["value"] if values is None else values
     nxt = np.concatenate([value[1:], value_of(segment.next_obs, segment.next_state)[None]], axis=0)
     if len(segment.final_t):
         nxt[segment.final_t, segment.final_env] = value_of(segment.final_obs, segment.final_state)

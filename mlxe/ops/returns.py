@@ -109,6 +109,47 @@ def gae(
     return advantages.astype(np.float32), (advantages + values).astype(np.float32)
 
 
+def vtrace_segments(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    log_rhos: np.ndarray,
+    gamma: float,
+    lam: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """V-trace (Espeholt et al., 2018, IMPALA) over a rollout of T steps of E environments (all
+    [T, E]): :func:`gae`'s targets for segments that another policy mu played.
+
+    ``values`` and ``next_values`` are the learner's V(s_t) and V(s_{t+1}) (as :func:`gae` reads
+    them); ``log_rhos`` = log pi(a_t|s_t) - log mu(a_t|s_t). With rho_t = min(rho_bar, e^log_rho),
+    c_t = lam min(c_bar, e^log_rho) and delta_t = rho_t (r_t + gamma (1 - terminated_t) V(s_{t+1}) - V(s_t)):
+    v_t = V(s_t) + delta_t + gamma c_t (1 - ended_t) (v_{t+1} - V(s_{t+1})), and the policy's
+    advantage rho_t (r_t + gamma (1 - terminated_t) v'_{t+1} - V(s_t)), where v'_{t+1} is v_{t+1}
+    within an episode and V(s_{t+1}) past the segment's end or a truncation. On-policy (log_rhos 0,
+    bars >= 1) v is GAE(lam)'s value target, and the advantage GAE(1)'s when lam is 1.
+    Returns (v, advantages), float32 [T, E]. Loops over T only.
+    """
+    ratio = np.exp(np.asarray(log_rhos, np.float64))
+    rho, c = np.minimum(rho_bar, ratio), lam * np.minimum(c_bar, ratio)
+    not_terminated = 1.0 - np.asarray(terminated, np.float64)
+    continues = not_terminated * (1.0 - np.asarray(truncated, np.float64))
+    delta = rho * (rewards + gamma * not_terminated * next_values - values)
+    corrections = np.zeros(np.shape(rewards), np.float64)
+    carry = np.zeros(np.shape(rewards)[1:], np.float64)
+    for t in range(len(rewards) - 1, -1, -1):
+        carry = delta[t] + gamma * c[t] * continues[t] * carry
+        corrections[t] = carry
+    v = values + corrections
+    v_next = np.array(next_values, np.float64)
+    v_next[:-1] = np.where(continues[:-1] > 0, v[1:], v_next[:-1])
+    advantages = rho * (rewards + gamma * not_terminated * v_next - values)
+    return v.astype(np.float32), advantages.astype(np.float32)
+
+
 def nstep_window(
     rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, n: int, gamma: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -382,7 +382,7 @@ def test_backprop_choice():
         cfg("algo.backprop=numpy", "device=cuda")
     with pytest.raises(ConfigError, match="algo.backprop: 'numpy' computes on the CPU"):
         cfg("algo.backprop=numpy", "model.noisy_policy=true")
-    with pytest.raises(ConfigError, match=r"algo.backprop: not a setting of algo.name 'a3c' \(it belongs to ppo, a2c, pg\)"):
+    with pytest.raises(ConfigError, match=r"algo.backprop: not a setting of algo.name 'a3c' \(it belongs to ppo, appo, a2c, impala, pg\)"):
         load_config("configs/cartpole_a3c.yaml", ["algo.backprop=numpy"])
 
 

@@ -74,3 +74,42 @@ def test_gae_is_independent_per_environment_and_lambda_one_is_the_discounted_ret
     adv, _ = gae(rewards, values, next_values, none, none, gamma=0.5, lam=1.0)
     # env 0: 1 + .5 + .25 + .125*2 = 2.0 ; env 1: 5 + 2.5 + 1.25 = 8.75
     np.testing.assert_allclose(adv[0], [2.0, 8.75], rtol=1e-6)
+
+
+def test_vtrace_against_hand_computation_with_stale_actions():
+    from mlxe.ops.returns import vtrace_segments
+
+    # one environment, 3 steps, no episode end; the learner's pi/mu = 2, 0.5, 0.25 (rho_bar = c_bar = 1)
+    rewards, values = np.array([[1.0], [0.0], [2.0]]), np.array([[0.5], [1.0], [1.5]])
+    next_values, none = np.array([[1.0], [1.5], [2.0]]), np.zeros((3, 1))
+    log_rhos = np.log([[2.0], [0.5], [0.25]])
+    # rho = c = 1, .5, .25; deltas: 1*(1 + .9*1 - .5) = 1.4; .5*(.9*1.5 - 1) = .175; .25*(2 + .9*2 - 1.5) = .575
+    # v2 = 1.5 + .575 = 2.075; v1 = 1 + .175 + .9*.5*.575 = 1.43375; v0 = .5 + 1.4 + .9*1*.43375 = 2.290375
+    # advantages: 1*(1 + .9*v1 - .5) = 1.790375; .5*(.9*v2 - 1) = .43375; .25*(2 + .9*2 - 1.5) = .575
+    v, adv = vtrace_segments(rewards, values, next_values, none, none, log_rhos, gamma=0.9)
+    np.testing.assert_allclose(v[:, 0], [2.290375, 1.43375, 2.075], rtol=1e-6)
+    np.testing.assert_allclose(adv[:, 0], [1.790375, 0.43375, 0.575], rtol=1e-6)
+    # a termination at step 1: no bootstrap from s2 and nothing carried back across it
+    terminated = np.array([[0], [1], [0]])
+    v, adv = vtrace_segments(rewards, values, np.array([[1.0], [99.0], [2.0]]), terminated, none, log_rhos, gamma=0.9)
+    # v1 = 1 + .5*(0 - 1) = .5; v0 = .5 + 1.4 + .9*(.5 - 1) = 1.45; advantages: 1 + .9*.5 - .5 = .95, .5*(0 - 1) = -.5
+    np.testing.assert_allclose(v[:, 0], [1.45, 0.5, 2.075], rtol=1e-6)
+    np.testing.assert_allclose(adv[:, 0], [0.95, -0.5, 0.575], rtol=1e-6)
+
+
+def test_vtrace_without_lag_is_gae():
+    from mlxe.ops.returns import gae, vtrace_segments
+
+    rng = np.random.default_rng(0)
+    T, E = 16, 3
+    rewards, values, finals = rng.normal(size=(3, T, E))
+    terminated, truncated = rng.random((T, E)) < 0.1, rng.random((T, E)) < 0.1
+    # V(s_{t+1}) is the next row's value within an episode, another state's where one ended or the rollout stops
+    next_values = np.concatenate([values[1:], finals[-1:]])
+    next_values[terminated | truncated] = finals[terminated | truncated]
+    for lam in (0.9, 1.0):
+        adv_gae, ret_gae = gae(rewards, values, next_values, terminated, truncated, 0.97, lam)
+        v, adv = vtrace_segments(rewards, values, next_values, terminated, truncated, np.zeros((T, E)), 0.97, lam)
+        np.testing.assert_allclose(v, ret_gae, rtol=1e-5, atol=1e-5)  # GAE(lambda)'s value targets
+        if lam == 1.0:
+            np.testing.assert_allclose(adv, adv_gae, rtol=1e-5, atol=1e-5)  # and GAE(1)'s advantages
