@@ -60,6 +60,9 @@ class Config(AlgoConfig):
     # a recurrent core (model.core): the first burn_in steps of each sequence only refresh its state
     # with the current weights (no loss on them), as R2D2's burn-in
     burn_in: int = 0
+    # torch.compile the loss (forward and backward) of autograd's step, as LeanRL does: for a GPU,
+    # where the step's many small kernels are fused; a loss it cannot compile runs eagerly, said once
+    compile: bool = False
 
     def check(self, cfg) -> None:
         super().check(cfg)
@@ -67,6 +70,10 @@ class Config(AlgoConfig):
             raise ConfigError(
                 f"algo.backprop: 'numpy' computes on the CPU without NoisyNet layers (device={cfg.device!r}, "
                 f"model.noisy_policy={cfg.model.noisy_policy}); use 'auto' or 'autograd'"
+            )
+        if self.compile and self.backprop == "numpy":
+            raise ConfigError(
+                "algo.compile: true compiles autograd's step; algo.backprop 'numpy' has none: use 'auto' or 'autograd'"
             )
         if self.burn_in and (cfg.model.core == "none" or not 0 < self.burn_in < cfg.rollout.steps):
             raise ConfigError(
@@ -154,10 +161,18 @@ def episode_starts(segment: Segment) -> np.ndarray:
 
 
 class Autograd:
-    """The loss's gradient by torch autograd, on any device: a batch is moved there once as tensors."""
+    """The loss's gradient by torch autograd, on any device: a batch is moved there once as tensors.
+    With ``algo.compile`` the loss is ``torch.compile``'d; where compiling fails, the step runs the
+    eager loss from then on, after one warning naming the error."""
 
     def __init__(self, algo: OnPolicy) -> None:
         self.algo = algo
+        self.loss = algo.loss
+        self.compiling = getattr(algo.algo, "compile", False)
+        if self.compiling:
+            import torch
+
+            self.loss = torch.compile(algo.loss)
 
     def ready(self, batch: dict[str, np.ndarray], progress: float) -> Autograd:
         return self
@@ -175,10 +190,25 @@ class Autograd:
     def gradient(self, mb: dict, progress: float) -> dict:
         """The loss's gradient on a minibatch into the flat gradient (replacing it); its terms as
         tensors on the device (read once per update: no sync per step)."""
-        loss, terms = self.algo.loss(mb, progress)
+        loss, terms = self.compiled_loss(mb, progress) if self.compiling else self.loss(mb, progress)
         self.algo.flat.grad.zero_()  # not None: the module's gradients are views of it
         loss.backward()
         return {"loss": loss.detach()} | {k: v.detach() for k, v in terms.items()}
+
+    def compiled_loss(self, mb: dict, progress: float):
+        """The compiled loss; on its first call a compile error falls back to the eager loss."""
+        try:
+            out = self.loss(mb, progress)
+        except Exception as e:  # torch.compile's errors have no common base class
+            import warnings
+
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            warnings.warn(f"algo.compile: torch.compile cannot compile {type(self.algo).__name__}'s loss ({first}); "
+                          "its steps run eagerly", RuntimeWarning, stacklevel=2)
+            self.loss = self.algo.loss
+            out = self.loss(mb, progress)
+        self.compiling = False
+        return out
 
     def clip(self, max_norm: float):
         """Scale the gradient to at most ``max_norm``; its norm before."""
@@ -198,7 +228,8 @@ def make_backprop(algo: OnPolicy):
         )
     supported = algo.device.type == "cpu" and not algo.spec.noisy_policy and algo.spec.mlp_only
     # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores
-    if choice == "autograd" or not supported or (choice == "auto" and algo.cfg.torch_threads > 1):
+    compiled = getattr(algo.algo, "compile", False)  # torch.compile's step is autograd's
+    if choice == "autograd" or compiled or not supported or (choice == "auto" and algo.cfg.torch_threads > 1):
         return Autograd(algo)
     return numpy_backprop(algo, required=choice == "numpy", fallback=Autograd)
 

@@ -26,6 +26,10 @@ RUNS = {
     "ppo": ("configs/zoo/ppo/CartPole-v1.yaml", ["envs_per_executor=2", "rollout.steps=32", "algo.batch_size=64",
                                                  "stop.max_env_steps=384"]),
     "a2c": ("configs/zoo/a2c/CartPole-v1.yaml", ["envs_per_executor=2", "rollout.steps=8", "stop.max_env_steps=256"]),
+    "appo": ("configs/zoo/ppo/CartPole-v1.yaml", ["algo.name=appo", "envs_per_executor=2", "rollout.steps=32",
+                                                  "algo.batch_size=64", "stop.max_env_steps=384"]),
+    "impala": ("configs/zoo/a2c/CartPole-v1.yaml", ["algo.name=impala", "envs_per_executor=2", "rollout.steps=8",
+                                                    "stop.max_env_steps=256"]),
     "pg": ("configs/zoo/pg/CartPole-v1.yaml", ["rollout.steps=64", "stop.max_env_steps=384"]),
     "trpo": ("configs/zoo/trpo/CartPole-v1.yaml", ["envs_per_executor=2", "rollout.steps=32", "stop.max_env_steps=384",
                                                    "model.trunk=[]"]),  # its value function shares no layer

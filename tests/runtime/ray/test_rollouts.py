@@ -151,7 +151,7 @@ def test_a2c_and_pg_train_on_ray(config, algo):
         (["arch=oa", "ray.min_finished_workers=1"], r"ray\.min_finished_workers: 1 is not allowed with .* arch 'oa'"),
         (["ray.mode=async_experience", "ray.max_extra_recv_tries=2"], r"ray\.max_extra_recv_tries: 2 is not allowed"),
         (["ray.promote_best=true"], r"ray\.promote_best: True is not allowed with ray\.mode 'sync'"),
-        (["algo.name=a3c"], r"algo\.gae_lambda: not a setting of algo\.name 'a3c' \(it belongs to ppo, a2c, trpo\)"),
+        (["algo.name=a3c"], r"algo\.gae_lambda: not a setting of algo\.name 'a3c' \(it belongs to ppo, appo, a2c, impala, trpo\)"),
     ],
 )
 def test_config_rules_of_the_algorithms_on_ray(overrides, match):
