@@ -17,13 +17,15 @@ def test_the_compiled_step_trains_the_eager_steps_weights():
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     # the progress (clip and lr annealing) moves every update: dynamo compiles the loss for the first
-    # value, then once for any (automatic dynamic), not once per update
-    for i in range(4):
+    # value, then for any (automatic dynamic), not once per update
+    graphs = []
+    for i in range(8):
         data = batch(eager, n=64, seed=i)
         info_e, info_c = learn(eager, data, progress=0.1 * i), learn(compiled, data, progress=0.1 * i)
         np.testing.assert_allclose([info_c[k] for k in info_e], list(info_e.values()), rtol=1e-4, atol=1e-5)
+        graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     np.testing.assert_allclose(compiled.weights(), eager.weights(), atol=1e-5)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    assert graphs[4] == graphs[-1] <= 3, graphs  # a compile or two at the start, none per update
 
 
 def test_a_loss_that_cannot_compile_runs_eagerly_after_one_warning(monkeypatch):
