@@ -44,17 +44,6 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
                  "max_grad_norm": 0.5, "optimizer": "rmsprop"},
         "rollout": {"steps": 5},
     },
-    # APPO and IMPALA (no Stable-Baselines3 counterpart): PPO's and A2C's, with V-trace's lambda 1
-    "appo": {
-        "algo": {"lr": 3e-4, "batch_size": 64, "epochs": 10, "gamma": 0.99, "gae_lambda": 1.0, "clip": 0.2,
-                 "entropy_coef": 0.0, "value_coef": 0.5, "max_grad_norm": 0.5, "anneal_lr": False},
-        "rollout": {"steps": 128},
-    },
-    "impala": {
-        "algo": {"lr": 7e-4, "gamma": 0.99, "gae_lambda": 1.0, "entropy_coef": 0.0, "value_coef": 0.5,
-                 "max_grad_norm": 0.5, "optimizer": "rmsprop"},
-        "rollout": {"steps": 5},
-    },
     "pg": {"algo": {"lr": 1e-3, "gamma": 0.99}, "rollout": {"steps": 128}},
     "trpo": {
         "algo": {"lr": 1e-3, "gamma": 0.99, "gae_lambda": 0.95, "max_kl": 0.01, "vf_batch_size": 128},
@@ -83,6 +72,12 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
                  "noise": {"name": "gaussian", "sigma": 0.1}},
         "rollout": {"steps": 16},
     },
+}
+
+# APPO and IMPALA (no Stable-Baselines3 counterpart): PPO's and A2C's, with V-trace's lambda 1
+ALGO_DEFAULTS |= {
+    name: {"algo": {**ALGO_DEFAULTS[base]["algo"], "gae_lambda": 1.0}, "rollout": dict(ALGO_DEFAULTS[base]["rollout"])}
+    for name, base in (("appo", "ppo"), ("impala", "a2c"))
 }
 
 
