@@ -168,11 +168,12 @@ class Autograd:
     def __init__(self, algo: OnPolicy) -> None:
         self.algo = algo
         self.loss = algo.loss
-        self.compiling = getattr(algo.algo, "compile", False)
-        if self.compiling:
+        self.compile_errors: tuple[type[Exception], ...] = ()  # what makes the step fall back to eager
+        if getattr(algo.algo, "compile", False):
             import torch
 
             self.loss = torch.compile(algo.loss)
+            self.compile_errors = (torch._dynamo.exc.TorchDynamoException,)  # any (re)compile's failure
 
     def ready(self, batch: dict[str, np.ndarray], progress: float) -> Autograd:
         return self
@@ -190,25 +191,19 @@ class Autograd:
     def gradient(self, mb: dict, progress: float) -> dict:
         """The loss's gradient on a minibatch into the flat gradient (replacing it); its terms as
         tensors on the device (read once per update: no sync per step)."""
-        loss, terms = self.compiled_loss(mb, progress) if self.compiling else self.loss(mb, progress)
-        self.algo.flat.grad.zero_()  # not None: the module's gradients are views of it
-        loss.backward()
-        return {"loss": loss.detach()} | {k: v.detach() for k, v in terms.items()}
-
-    def compiled_loss(self, mb: dict, progress: float):
-        """The compiled loss; on its first call a compile error falls back to the eager loss."""
         try:
-            out = self.loss(mb, progress)
-        except Exception as e:  # torch.compile's errors have no common base class
+            loss, terms = self.loss(mb, progress)
+        except self.compile_errors as e:
             import warnings
 
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             warnings.warn(f"algo.compile: torch.compile cannot compile {type(self.algo).__name__}'s loss ({first}); "
                           "its steps run eagerly", RuntimeWarning, stacklevel=2)
-            self.loss = self.algo.loss
-            out = self.loss(mb, progress)
-        self.compiling = False
-        return out
+            self.loss, self.compile_errors = self.algo.loss, ()
+            loss, terms = self.loss(mb, progress)
+        self.algo.flat.grad.zero_()  # not None: the module's gradients are views of it
+        loss.backward()
+        return {"loss": loss.detach()} | {k: v.detach() for k, v in terms.items()}
 
     def clip(self, max_norm: float):
         """Scale the gradient to at most ``max_norm``; its norm before."""

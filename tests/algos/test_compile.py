@@ -31,14 +31,14 @@ def test_the_compiled_step_trains_the_eager_steps_weights():
 def test_a_loss_that_cannot_compile_runs_eagerly_after_one_warning(monkeypatch):
     def failing_compile(fn, **kwargs):
         def compiled(*args):
-            raise RuntimeError("backend failed\nmore detail")
+            raise torch._dynamo.exc.TorchDynamoException("backend failed: no C++ compiler\nmore detail")
         return compiled
 
     monkeypatch.setattr(torch, "compile", failing_compile)
     learner = algos.algorithm("ppo")(cfg("algo.compile=true"), SPEC, seed=0)
     reference = algos.algorithm("ppo")(cfg("algo.backprop=autograd"), SPEC, seed=0)
     data = batch(learner)
-    with pytest.warns(RuntimeWarning, match=r"algo.compile: torch.compile cannot compile PPO's loss \(backend failed\)"):
+    with pytest.warns(RuntimeWarning, match=r"algo.compile: torch.compile cannot compile PPO's loss \(.*no C\+\+ compiler"):
         learn(learner, data, progress=0.0)
     learn(reference, data, progress=0.0)
     np.testing.assert_allclose(learner.weights(), reference.weights(), atol=1e-6)
