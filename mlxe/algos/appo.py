@@ -22,10 +22,6 @@ class Config(vtrace.Keys, ppo.Config):
     name: str = "appo"
     gae_lambda: float = 1.0  # V-trace's lambda (c_t = lambda min(c_bar, rho_t)); 1: IMPALA's
 
-    def check(self, cfg) -> None:
-        super().check(cfg)
-        self.check_bars()
-
 
 class APPO(vtrace.VTraceTargets, ppo.PPO):
     """PPO's clipped-surrogate epochs on V-trace's targets."""

@@ -19,10 +19,6 @@ class Config(vtrace.Keys, a2c.Config):
 
     name: str = "impala"
 
-    def check(self, cfg) -> None:
-        super().check(cfg)
-        self.check_bars()
-
 
 class IMPALA(vtrace.VTraceTargets, a2c.A2C):
     """A2C's step on V-trace's targets."""

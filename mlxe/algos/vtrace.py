@@ -29,7 +29,8 @@ class Keys:
     rho_bar: float = 1.0  # clips the weight of each step's TD error (the fixed point's policy)
     c_bar: float = 1.0  # clips the traces (how far corrections propagate: the contraction speed)
 
-    def check_bars(self) -> None:
+    def check(self, cfg) -> None:
+        super().check(cfg)  # the algorithm's own keys (the Config this one is mixed into)
         for key in ("rho_bar", "c_bar"):
             value = getattr(self, key)
             if not value > 0:
