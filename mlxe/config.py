@@ -173,9 +173,10 @@ class EnvConfig:
     # stepped in turn), "numpy" (CartPole-v1's physics on arrays, all at once: plain CartPole-v1
     # only), "shm" (vector_workers processes, each stepping its share of the environments and
     # writing the results into shared memory: the same results as serial), "envpool" (EnvPool's C++
-    # threads, pip install 'mlxe[envpool]': Atari and MuJoCo among others, its own results); "auto":
-    # numpy where it applies, else serial
-    vector: Literal["auto", "serial", "numpy", "shm", "envpool"] = "auto"
+    # threads, pip install 'mlxe[envpool]': Atari and MuJoCo among others, its own results), "ocean"
+    # (PufferLib's Ocean games, ids puffer/<game>, all stepped by one call into C); "auto": numpy or
+    # ocean where they apply, else serial
+    vector: Literal["auto", "serial", "numpy", "shm", "envpool", "ocean"] = "auto"
     # shm: worker processes per Executor; null: the cores available divided among the Executors
     vector_workers: int | None = None
 
@@ -663,6 +664,7 @@ def check(cfg: Config) -> None:
             f"env.vector: 'numpy' steps plain CartPole-v1 only (env.id {cfg.env.id!r}, without env.task, env.kwargs, "
             "env.wrappers or env.frame_stack); expected 'auto', 'serial' or 'shm'"
         )
+    _check_ocean(cfg)
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
@@ -672,6 +674,22 @@ def check(cfg: Config) -> None:
             raise ConfigError(
                 f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
             )
+
+
+def _check_ocean(cfg: Config) -> None:
+    """``env.vector: ocean`` steps PufferLib's Ocean games (ids ``puffer/<game>``) as they are: the
+    keys that would wrap or cut their episodes are refused (the C code resets its games itself)."""
+    if cfg.env.vector != "ocean":
+        return
+    if cfg.env.api != "gymnasium" or not cfg.env.id.startswith("puffer/"):
+        raise ConfigError(f"env.vector: 'ocean' steps PufferLib's Ocean games (env.id 'puffer/<game>'), not "
+                          f"env.id {cfg.env.id!r}; expected 'auto', 'serial' or 'shm'")
+    for key in ("max_episode_steps", "atari", "frame_stack", "wrappers"):
+        if getattr(cfg.env, key) != getattr(EnvConfig(), key):
+            raise ConfigError(f"env.{key}: not a setting of Ocean's games with env.vector 'ocean' (their C code "
+                              "steps and resets them); expected env.vector 'serial' or 'shm' for a Gymnasium copy")
+    if cfg.env.task.enabled:
+        raise ConfigError("env.task.enabled: the CartPole task, not a setting of Ocean's games")
 
 
 def _check_remote(cfg: Config) -> None:

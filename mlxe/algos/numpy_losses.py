@@ -194,12 +194,15 @@ class NumpyBackprop:
         numpy.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
 
         main, algo.main = algo.main, copy.deepcopy(algo.main).double()
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)  # what integer observations are cast to
         try:
             loss, _ = algo.loss({k: torch.as_tensor(v) for k, v in mb.items()}, progress)
             params = list(algo.main.named_parameters())
             grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
         finally:
             algo.main = main
+            torch.set_default_dtype(default)
         name, value = type(algo).__name__, loss.item()
         if not abs(value - terms["loss"]) <= TOLERANCE * max(abs(value), 1.0):
             return (f"{name}'s NumPy form computes the loss as {terms['loss']:.6g}, its loss as {value:.6g} on the "

@@ -14,13 +14,14 @@ from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
 from mlxe.config import ConfigError, EnvConfig
-from mlxe.envs import pomdp
+from mlxe.envs import ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
 __all__ = ["TASK_KEYS", "make_env", "env_spaces", "observation_layout", "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
 pomdp.register()
+ocean.register()
 
 TASK_KEYS: frozenset[str] = frozenset(
     {"x_squared", "adverse_starts", "shaped_reward", "failure_reward"}

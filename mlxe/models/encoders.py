@@ -30,12 +30,12 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
 def as_float(obs: torch.Tensor, scale: float) -> torch.Tensor:
-    """Observations as floats (in their memory format): uint8 multiplied by ``scale`` to float32
-    (``NetSpec.obs_scale``), integers and bools cast to float32, floats kept (float32 as stored;
-    float64 in the float64 gradient check)."""
+    """Observations as floats (in their memory format): uint8 multiplied by ``scale`` (``NetSpec.obs_scale``),
+    integers and bools cast, to torch's default float dtype (float32; float64 in the float64
+    gradient check), floats kept (float32 as stored; float64 in that check)."""
     if obs.dtype == torch.uint8:
-        return obs.float().mul_(scale)
-    return obs if obs.is_floating_point() else obs.float()
+        return obs.to(torch.get_default_dtype()).mul_(scale)
+    return obs if obs.is_floating_point() else obs.to(torch.get_default_dtype())
 
 
 class Flat(nn.Module):

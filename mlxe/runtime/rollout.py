@@ -22,6 +22,7 @@ import numpy as np
 from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
 from mlxe.envs.filters import Filters
+from mlxe.envs.ocean import PREFIX, OceanVec
 from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
@@ -34,7 +35,9 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
     """The Executor's environments as ``env.vector`` steps them: the NumPy-batched CartPole
     (:class:`CartPoleVec`, Gymnasium's dynamics; ``auto`` where it applies: plain CartPole-v1),
     Gymnasium environments in turn (:class:`GymVec`) or in worker processes over shared memory
-    (:class:`~mlxe.envs.shared_memory.SharedMemoryVec`); ``training=False``: evaluation's environments
+    (:class:`~mlxe.envs.shared_memory.SharedMemoryVec`), EnvPool's C++ pool
+    (:class:`~mlxe.envs.envpool_vec.EnvPoolVec`) or PufferLib's Ocean games in C
+    (:class:`~mlxe.envs.ocean.OceanVec`; ``auto`` for their ids); ``training=False``: evaluation's environments
     (normal starts). ``env.api: remote``: Executor
     ``executor``'s rows of the run's remote simulators (None: a probe of the spaces)."""
     if cfg.env.api == "remote":
@@ -53,6 +56,8 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
     if cfg.env.vector == "numpy" or (cfg.env.vector == "auto" and cfg.env.plain_cartpole):
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
+    if cfg.env.vector == "ocean" or (cfg.env.vector == "auto" and cfg.env.id.startswith(PREFIX)):
+        return OceanVec(cfg.env.id, cfg.env.kwargs, num_envs, seed)
     if cfg.env.vector == "envpool":
         from mlxe.envs.envpool_vec import EnvPoolVec
 

@@ -308,6 +308,25 @@ def test_numpy_loss_and_gradient_equal_autograd_of_the_torch_loss(name):
     assert np.abs(torch_grad).max() > 0
 
 
+def test_the_numpy_forms_check_passes_on_a_flat_uint8_observation():
+    """A grid of uint8 cells read by an MLP: the first batch's float64 check casts them as the network does."""
+    spec = NetSpec(obs_shape=9, n_actions=2, trunk=(), policy_head=(16,), value_head=(16,), activation="tanh",
+                   obs_dtype="uint8", obs_scale=0.5)
+    learner = PPO(cfg("algo.backprop=numpy"), spec, seed=0)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 3, (64, 9), dtype=np.uint8)
+    with torch.no_grad():
+        logits, value = learner.main(torch.as_tensor(obs))
+    action = rng.integers(0, 2, 64)
+    rows = {"obs": obs, "action": action, "logp": torch.log_softmax(logits, -1).numpy()[np.arange(64), action],
+            "value": value.numpy(), "advantage": rng.standard_normal(64).astype(np.float32),
+            "ret": rng.standard_normal(64).astype(np.float32)}
+    before = learner.weights().copy()
+    learn(learner, rows, progress=0.0)
+    assert isinstance(learner.backprop, numpy_losses.NumpyBackprop) and learner.backprop.checked
+    assert not np.array_equal(learner.weights(), before) and torch.get_default_dtype() == torch.float32
+
+
 def test_numpy_ratio_of_the_executors_log_probabilities_is_exactly_one():
     """The Learner's NumPy forward pass computes bit for bit what the Executors' actor computed."""
     learner = PPO(cfg(), SPEC, seed=0)

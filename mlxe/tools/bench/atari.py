@@ -6,6 +6,7 @@
   ``--sb3-python``: Stable-Baselines3's PPO with RL-Zoo's ``atari`` entry (8 environments,
   AtariWrapper, 4 stacked frames) on the same budget, in the same invocation. ``--rounds`` repeats
   the runs in turn (SB3, then each architecture, then again), so machine drift reaches every side;
+  ``--vectors`` runs each architecture with each of several ``env.vector`` backends;
   the table gives median [min-max] rates and the ratio of the medians.
 * Acting only: one Executor's ``collect()`` with the CNN policy against the floor of the same batch
   size: the same preprocessed environments stepped in a loop with actions sampled from the same
@@ -29,6 +30,7 @@ from mlxe.tools.bench.compare import QUIET, bench_dir, median_range
 from mlxe.tools.bench.throughput import collect_and_floor, whole_loop
 
 CONFIG = "configs/pong_ppo.yaml"
+CLEANRL_RUNNER = Path(__file__).with_name("cleanrl_runner.py")
 FRAME_SKIP = 4  # AtariPreprocessing's: one env step is 4 emulator frames
 
 
@@ -81,21 +83,30 @@ def bench_atari(
     acting_envs: list[int] | None = None,
     curve_steps: int = 0,
     rounds: int = 1,
+    vectors: list[str] | None = None,
     acting_seconds: float = 10.0,
     sb3_python: str | None = None,
+    cleanrl: tuple[str, str] | None = None,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
 ) -> Path:
-    """Run the benchmark; returns the path of the markdown report."""
+    """Run the benchmark; returns the path of the markdown report. ``vectors``: run each
+    architecture with each of these ``env.vector`` backends (None: the config's); ``cleanrl``:
+    (a Python with CleanRL's needs, the path of CleanRL's ``ppo_atari_envpool.py``)."""
     from mlxe.loading import load_config
 
     archs, acting_envs, overrides = archs or ["is", "oa"], acting_envs or [8], list(overrides or [])
     env_id = load_config(config, overrides).env.id
     out = bench_dir("atari", out_dir)
-    results: dict = {"env": env_id, "steps": steps, "whole_loop": [], "acting": [], "sb3": [], "curve": None}
+    results: dict = {"env": env_id, "steps": steps, "whole_loop": [], "acting": [], "sb3": [], "cleanrl": [], "curve": None}
 
     def save() -> None:
         (out / "results.json").write_text(json.dumps(results, indent=2))
+
+    variants = [(arch, vector) for arch in archs for vector in vectors or [None]]
+
+    def label(arch: str, vector: str | None) -> str:
+        return arch if vector is None else f"{arch} {vector}"
 
     started = time.perf_counter()
     for round_ in range(rounds):
@@ -106,11 +117,20 @@ def bench_atari(
             results["sb3"].append(r)
             print(f"round {round_}: SB3 PPO {r['steps_per_s']:,.0f} steps/s", flush=True)
             save()
-        for arch in archs:
+        if cleanrl:
+            from mlxe.tools.bench.solve import peer
+
+            r = peer(cleanrl[0], CLEANRL_RUNNER, "CleanRL", cleanrl[1], f"--env={env_id.removeprefix('ALE/')}",
+                     f"--steps={steps}")
+            results["cleanrl"].append(r)
+            print(f"round {round_}: CleanRL PPO {r['steps_per_s']:,.0f} steps/s", flush=True)
+            save()
+        for arch, vector in variants:
             variant = [*overrides, f"arch={arch}", f"stop.max_env_steps={steps}", f"name=atari-{arch}"]
-            r = {"arch": arch, **whole_loop(config, variant, out)}
+            variant += [f"env.vector={vector}"] if vector else []
+            r = {"arch": label(arch, vector), **whole_loop(config, variant, out)}
             results["whole_loop"].append(r)
-            print(f"round {round_}: {arch} {r['steps_per_s']:,.0f} steps/s", flush=True)
+            print(f"round {round_}: {r['arch']} {r['steps_per_s']:,.0f} steps/s", flush=True)
             save()
     for e in acting_envs:
         r = acting_only(config, e, overrides, acting_seconds)
@@ -124,25 +144,33 @@ def bench_atari(
     def rates(runs: list[dict]) -> list[float]:
         return [r["steps_per_s"] for r in runs]
 
-    def row(name: str, values: list[float], reference: float | None) -> str:
-        frames = [v * FRAME_SKIP for v in values]
-        ratio = f"{np.median(values) / reference:.2f}" if reference else "-"
-        return f"| {name} | {median_range(values, 0)} | {median_range(frames, 0)} | {ratio} |"
+    def median(runs: list[dict]) -> float | None:
+        return float(np.median(rates(runs))) if runs else None
 
-    sb3_rate = float(np.median(rates(results["sb3"]))) if results["sb3"] else None
+    references = {"SB3": median(results["sb3"]), "CleanRL": median(results["cleanrl"])}
+
+    def row(name: str, values: list[float]) -> str:
+        frames = [v * FRAME_SKIP for v in values]
+        ratios = [f"{np.median(values) / ref:.2f}" if ref else "-" for ref in references.values()]
+        return f"| {name} | {median_range(values, 0)} | {median_range(frames, 0)} | {' | '.join(ratios)} |"
+
     lines = [
         f"# PPO on {env_id} ({config}, {steps:,} env steps per run, {rounds} round(s), "
         f"{time.perf_counter() - started:,.0f} s in all)",
         "",
-        "## Whole loop (acting + learning, RL-Zoo's Atari settings)",
+        "## Whole loop (acting + learning, RL-Zoo's Atari settings; CleanRL: its own defaults)",
         "",
-        "| arch | env steps/s | frames/s | vs SB3 (medians) |",
-        "|---|---|---|---|",
+        "| arch | env steps/s | frames/s | vs SB3 | vs CleanRL (medians) |",
+        "|---|---|---|---|---|",
     ]
-    if sb3_rate:
-        lines.append(row(f"SB3 PPO ({results['sb3'][0]['n_envs']} envs)", rates(results["sb3"]), sb3_rate))
-    for arch in archs:
-        lines.append(row(arch.upper(), rates([r for r in results["whole_loop"] if r["arch"] == arch]), sb3_rate))
+    if results["sb3"]:
+        lines.append(row(f"SB3 PPO ({results['sb3'][0]['n_envs']} envs)", rates(results["sb3"])))
+    if results["cleanrl"]:
+        lines.append(row(f"CleanRL ppo_atari_envpool.py ({results['cleanrl'][0]['n_envs']} envs, EnvPool "
+                         f"{results['cleanrl'][0]['envpool']})", rates(results["cleanrl"])))
+    for arch, vector in variants:
+        name = label(arch, vector)
+        lines.append(row(name.upper(), rates([r for r in results["whole_loop"] if r["arch"] == name])))
     lines += [
         "",
         "## Acting only (one Executor, CNN policy)",

@@ -67,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
     elif args.bench == "atari":
         from mlxe.tools.bench.atari import bench_atari
 
+        if bool(args.cleanrl_python) != bool(args.cleanrl_script):
+            raise SystemExit("mlxe bench atari: --cleanrl-python and --cleanrl-script go together (the Python that runs "
+                             "CleanRL's script, and the script)")
+
         out = bench_atari(
             args.config, archs=args.archs.split(","), steps=args.steps, acting_envs=args.acting_envs,
             curve_steps=args.curve_steps, rounds=args.rounds, sb3_python=args.sb3_python, overrides=args.overrides,
+            vectors=args.vectors.split(",") if args.vectors else None,
+            cleanrl=(args.cleanrl_python, args.cleanrl_script) if args.cleanrl_python else None,
             out_dir=args.out,
         )
     elif args.bench == "gradients":
@@ -100,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
             acting_envs=args.acting_envs, steps=args.steps, sb3_python=args.sb3_python,
             overrides=args.overrides, out_dir=args.out,
         )
+    elif args.bench == "ocean":
+        from mlxe.tools.bench.ocean import bench_ocean
+
+        out = bench_ocean(args.config, backends=args.backends.split(","), steps=args.steps, rounds=args.rounds,
+                          overrides=args.overrides, out_dir=args.out)
     elif args.bench == "vector":
         from mlxe.tools.bench.vector import bench_vector
 
@@ -227,10 +238,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--async-max", type=int, default=64, help="most environments of AsyncVectorEnv (a process each)")
     b.add_argument("--out", default=None, help="output directory (default runs/bench-vector-<time>)")
     b.set_defaults(func=run)
+    b = bench_parser("ocean", "PPO's whole loop on a PufferLib Ocean game: env.vector ocean vs serial vs shm",
+                     "configs/puffer_squared_ppo.yaml")
+    b.add_argument("--backends", default="ocean,serial,shm", help="comma-separated env.vector values")
+    b.add_argument("--steps", type=int, default=200_000, help="env steps of each run")
+    b.add_argument("--rounds", type=int, default=1, help="repeat the runs in turn (median rates)")
     b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
     b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")
     b.add_argument("--acting-envs", type=counts, default="8", help="batch sizes of the acting-only measurement")
     b.add_argument("--curve-steps", type=int, default=0, help="env steps of a learning-curve run (0: none)")
+    b.add_argument("--cleanrl-python", default=None, help="a Python with torch, envpool, gym and tensorboard: also run "
+                   "CleanRL's PPO (--cleanrl-script) side by side")
+    b.add_argument("--cleanrl-script", default=None, help="the path of CleanRL's cleanrl/ppo_atari_envpool.py")
+    b.add_argument("--vectors", default=None, help="comma-separated env.vector backends to run each arch with "
+                   "(default: the config's), e.g. serial,shm,envpool")
     b.add_argument("--rounds", type=int, default=1, help="repeat the whole-loop runs in turn (median rates)")
     b.add_argument("--sb3-python", default=None, help=sb3_help)

@@ -38,8 +38,14 @@ SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
 def sb3(python: str, task: str, *args: str) -> dict:
     """Run the Stable-Baselines3 runner in ``python``; its JSON result. Its ``progress:`` lines (one
     per evaluation) are printed as they come, so a long run shows where it is."""
+    return peer(python, SB3_RUNNER, "Stable-Baselines3", task, *args)
+
+
+def peer(python: str, runner: Path, name: str, *args: str) -> dict:
+    """Run a peer's runner script in ``python``: the JSON object it prints last (the ``progress:``
+    lines it writes to stderr are printed as they come)."""
     tail: deque[str] = deque(maxlen=40)
-    command = [python, str(SB3_RUNNER), task, *args]
+    command = [python, str(runner), *args]
     with (
         tempfile.TemporaryFile("w+") as stdout,
         subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True) as proc,
@@ -48,12 +54,12 @@ def sb3(python: str, task: str, *args: str) -> dict:
             for line in proc.stderr:
                 tail.append(line)
                 if line.startswith("progress: "):
-                    print(f"  SB3 {line.removeprefix('progress: ').rstrip()}", flush=True)
+                    print(f"  {name} {line.removeprefix('progress: ').rstrip()}", flush=True)
         except BaseException:  # Ctrl-C or a broken pipe: the peer must not outlive the benchmark
             proc.kill()
             raise
         if proc.wait() != 0:
-            raise RuntimeError(f"Stable-Baselines3 runner failed ({python}):\n{''.join(tail)[-2000:]}")
+            raise RuntimeError(f"{name} runner failed ({python}):\n{''.join(tail)[-2000:]}")
         stdout.seek(0)
         return json.loads(stdout.read().strip().splitlines()[-1])
 

@@ -14,7 +14,9 @@ the median rate. Backends:
   ``Multiprocessing`` vector env (synchronous, one worker per core but one: its driver busy-waits
   on the workers and needs a core of its own, or every step waits on the scheduler; ``pufferlib-core`` pins an older
   torch: install it with ``pip install --no-deps --target DIR pufferlib-core psutil`` and put DIR on
-  ``PYTHONPATH``).
+  ``PYTHONPATH``); and for PufferLib's Ocean games (``puffer/<game>``), ``ocean``
+  (:class:`~mlxe.envs.ocean.OceanVec`, the games' compiled batch stepped in one call), the others
+  stepping one Gymnasium copy of the game per environment.
 
 A backend that is not installed or cannot run an environment is left out with the reason.
 Writes ``vector.md`` and ``results.json`` (with the versions of every library and the machine).
@@ -35,8 +37,8 @@ import numpy as np
 from mlxe.tools.bench.compare import bench_dir
 
 ENVS = ["CartPole-v1", "HalfCheetah-v5", "ALE/Pong-v5"]
-BACKENDS = ["serial", "shm", "gym-sync", "gym-async", "envpool", "envpool-bare", "pufferlib"]
-PEERS = {"shm": "gym-async", "envpool": "envpool-bare"}  # the ratios the report gives
+BACKENDS = ["serial", "shm", "gym-sync", "gym-async", "envpool", "envpool-bare", "pufferlib", "ocean"]
+PEERS = {"shm": "gym-async", "envpool": "envpool-bare", "ocean": "serial"}  # the ratios the report gives
 WARMUP_S = 1.0
 
 
@@ -57,6 +59,18 @@ def cores() -> int:
 def make_backend(name: str, env_id: str, num_envs: int, async_max: int) -> tuple[object, Callable, Callable]:
     """(the action space, step(actions), close()) of backend ``name`` with ``num_envs`` environments, reset."""
     env = env_config(env_id)
+    if name == "ocean":
+        from mlxe.config import ConfigError
+        from mlxe.envs.ocean import PREFIX, OceanVec
+
+        if not env_id.startswith(PREFIX):
+            raise Skipped(f"PufferLib's Ocean games only ({PREFIX}<game>)")
+        try:
+            vec = OceanVec(env_id, {}, num_envs, seed=0)
+        except ConfigError as e:
+            raise Skipped(str(e)) from None
+        vec.reset()
+        return action_space(vec.n_actions), vec.step, vec.close
     if name in ("serial", "shm", "envpool"):
         if name == "serial":
             from mlxe.envs.serial import GymVec
