@@ -284,6 +284,11 @@ class RolloutConfig:
     """What an Executor plays per request: ``steps`` in each of its ``envs_per_executor`` environments."""
 
     steps: int = 32  # T steps per environment per segment (A2C: t_max, the n of its n-step returns)
+    # the Executor's environments in two halves, each stepped by its own worker processes while the
+    # policy acts for the other (Sample Factory's double-buffered sampling): env.vector shm, an even
+    # envs_per_executor; the halves' actions are drawn in two calls, so a run's draws differ from one
+    # call's
+    double_buffer: bool = False
 
 
 @dataclass
@@ -665,6 +670,12 @@ def check(cfg: Config) -> None:
             "env.wrappers or env.frame_stack); expected 'auto', 'serial' or 'shm'"
         )
     _check_ocean(cfg)
+    if cfg.rollout.double_buffer and (cfg.env.vector != "shm" or cfg.envs_per_executor % 2):
+        raise ConfigError(
+            f"rollout.double_buffer: true needs env.vector 'shm' (worker processes to step one half of the environments "
+            f"while the policy acts for the other) and an even envs_per_executor (env.vector is {cfg.env.vector!r}, "
+            f"envs_per_executor {cfg.envs_per_executor})"
+        )
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)

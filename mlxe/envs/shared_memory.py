@@ -153,9 +153,20 @@ class SharedMemoryVec:
     def step(self, actions: np.ndarray):
         """As :meth:`mlxe.envs.serial.GymVec.step`; the arrays returned are views of the shared
         memory, valid until the step after next."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Start a step: the workers step while the caller goes on until :meth:`step_wait`."""
         self.arrays["action"][:] = actions
         self.slot = 1 - self.slot
-        ended = self._call(b"S%d" % self.slot)
+        message = b"S%d" % self.slot
+        for conn in self.conns:
+            conn.send_bytes(message)
+
+    def step_wait(self):
+        """The results of the step :meth:`step_async` started, as :meth:`step` returns them."""
+        ended = [self._reply(w) for w in range(len(self.conns))]
         obs, final = self._read("obs"), None
         if b"1" in ended:
             final = self._read("final")

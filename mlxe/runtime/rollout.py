@@ -21,6 +21,7 @@ import numpy as np
 
 from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
+from mlxe.envs.double_buffer import Halves
 from mlxe.envs.filters import Filters
 from mlxe.envs.ocean import PREFIX, OceanVec
 from mlxe.envs.serial import GymVec
@@ -66,6 +67,8 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         from mlxe.envs.shared_memory import SharedMemoryVec
 
         workers = cfg.env.vector_workers or max(1, len(os.sched_getaffinity(0)) // cfg.num_executors())
+        if cfg.rollout.double_buffer and training:
+            return Halves(cfg.env, num_envs, seed, training, max(1, workers // 2))
         return SharedMemoryVec(cfg.env, num_envs, seed, training, workers)
     return GymVec(cfg.env, num_envs, seed, training)
 
@@ -140,7 +143,10 @@ class RolloutExecutor:
     def collect(
         self, filters: dict | None = None, version: int | None = None, steps: int | None = None
     ) -> tuple[Segment, list[Episode]]:
-        """Play T steps in every environment (fewer: see :meth:`rollout`); the segment and the episodes that ended."""
+        """Play T steps in every environment (fewer: see :meth:`rollout`); the segment and the
+        episodes that ended. With the environments in two halves (``rollout.double_buffer``) the
+        policy acts for one half while the other steps: half B's actions of step t are computed
+        while half A steps, and A's of step t + 1 while B steps."""
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
@@ -152,43 +158,79 @@ class RolloutExecutor:
         episodes: list[Episode] = []
         begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
         obs, state0 = self.obs, self.state
-        for t in range(T):
-            seen = self.filters.observe_obs(obs, self.fresh)
-            action, extras, self.state = self.policy.act(seen, self.state)
+
+        def act(t: int, rows: slice) -> np.ndarray:
+            """The policy's actions for environments ``rows`` at step t, recorded with what it saw."""
+            seen = self.filters.observe_obs(obs[rows], self.fresh)
+            if rows is ALL:
+                action, extras, self.state = self.policy.act(seen, self.state)
+            else:
+                state = None if self.state is None else {k: v[rows] for k, v in self.state.items()}
+                action, extras, state = self.policy.act(seen, state)
+                for k, v in (state or {}).items():
+                    self.state[k][rows] = v
             if t == 0:
                 check_fields(extras, self.record)
-            self.beat()
-            next_obs, reward, terminated, truncated, final = self.env.step(action)
-            check_finite(self.cfg.env.id, self.index, "step", next_obs, reward, final)
-            learned = self.filters.observe_rewards(reward, self.discounted_return, self.fresh)
-            data["obs"][t], data["action"][t], data["reward"][t] = seen, action, learned
-            data["terminated"][t], data["truncated"][t] = terminated, truncated
+            data["obs"][t, rows], data["action"][t, rows] = seen, action
             for k, v in extras.items():
-                data[k][t] = v
-            self.ep_return += reward  # in the environment's own rewards
-            obs = next_obs
+                data[k][t, rows] = v
+            self.beat()
+            return action
+
+        def record(t: int, rows: slice, step: tuple) -> bool:
+            """What environments ``rows`` returned from step t (their next observations, rewards and
+            the episodes that ended); whether one ended."""
+            nonlocal obs
+            next_obs, reward, terminated, truncated, final = step
+            check_finite(self.cfg.env.id, self.index, "step", next_obs, reward, final)
+            learned = self.filters.observe_rewards(reward, self.discounted_return[rows], self.fresh)
+            data["reward"][t, rows], data["terminated"][t, rows], data["truncated"][t, rows] = learned, terminated, truncated
+            self.ep_return[rows] += reward  # in the environment's own rewards
+            if rows is ALL:
+                obs = next_obs
+            else:
+                obs[rows] = next_obs
             if final is None:  # no episode ended
-                continue
+                return False
             done = terminated | truncated
-            ended = np.flatnonzero(done)
+            local = np.flatnonzero(done)
+            ended = local + (rows.start or 0)
             # a remote simulator's episodes cut when it disconnected: truncated for learning, never finished
             lost = getattr(self.env, "lost", None)
             finished = ended if lost is None else ended[~lost[ended]]
             lengths = self.ep_length[finished] + (t + 1 - begin[finished])  # lengths are counted at episode ends
-            for length, total, failed in zip(
-                lengths.tolist(), self.ep_return[finished].tolist(), terminated[finished].tolist()
-            ):
+            failures = terminated[finished - (rows.start or 0)]
+            for length, total, failed in zip(lengths.tolist(), self.ep_return[finished].tolist(), failures.tolist()):
                 episodes.append(Episode(self.index, length, total, failed, self.version))
             self.ep_length[ended], self.ep_return[ended], begin[ended] = 0, 0.0, t + 1
             self.discounted_return[ended] = 0.0
             if self.state is not None:
                 final_states.append({k: v[ended] for k, v in self.state.items()})
-            self.state = reset_state(self.state, done, self.policy)
-            finals.append((t, ended, final[ended]))
-            if self.until_episode_end:
-                T = t + 1
-                data = {k: v[:T] for k, v in data.items()}
-                break
+                if rows is ALL:
+                    self.state = reset_state(self.state, done, self.policy)
+                else:
+                    for k, v in reset_state({k: v[rows] for k, v in self.state.items()}, done, self.policy).items():
+                        self.state[k][rows] = v
+            finals.append((t, ended, final[local]))
+            return True
+
+        if isinstance(self.env, Halves):
+            # a private copy of the observations and states, written half by half (the segment keeps state0)
+            obs, self.state = obs.copy(), None if self.state is None else {k: v.copy() for k, v in self.state.items()}
+            a, b = self.env.rows
+            self.env.step_async(0, act(0, a))
+            for t in range(T):
+                self.env.step_async(1, act(t, b))
+                record(t, a, self.env.step_wait(0))
+                if t + 1 < T:
+                    self.env.step_async(0, act(t + 1, a))
+                record(t, b, self.env.step_wait(1))
+        else:
+            for t in range(T):
+                if record(t, ALL, self.env.step(act(t, ALL))) and self.until_episode_end:
+                    T = t + 1
+                    data = {k: v[:T] for k, v in data.items()}
+                    break
         self.rest()
         self.ep_length += T - begin  # the episodes that go on carry their steps into the next segment
         self.obs = obs
@@ -203,6 +245,10 @@ class RolloutExecutor:
             final_state = {
                 k: np.concatenate([s[k] for s in final_states]) if final_states else v[:0] for k, v in self.state.items()
             }
+        order = np.lexsort((final_env, final_t))  # by step, then environment (two halves record out of turn)
+        final_t, final_env, final_obs = final_t[order], final_env[order], final_obs[order]
+        if final_state is not None:
+            final_state = {k: v[order] for k, v in final_state.items()}
         segment = Segment(
             self.index, self.version, data, normalize(obs), final_t, final_env, final_obs, state0, self.restarted,
             self.state, final_state,
@@ -236,6 +282,9 @@ class RolloutExecutor:
         self.ep_length, self.ep_return = np.asarray(e["ep_length"]), np.asarray(e["ep_return"])
         self.discounted_return, self.restarted = np.asarray(e["discounted_return"]), bool(e["restarted"])
         self.state = None if e["state"] is None else {k: np.asarray(v) for k, v in e["state"].items()}
+
+
+ALL = slice(None)  # every environment of an Executor: one policy call and one step for all
 
 
 def step_fields(spec) -> dict[str, Field]:

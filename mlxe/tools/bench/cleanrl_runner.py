@@ -14,6 +14,8 @@ follows gym 0.26, two compatibility lines are needed, applied here by wrapping w
 1. ``reset()`` returns ``(obs, info)``: the wrapper returns ``obs``.
 2. ``step()`` returns ``(obs, reward, terminated, truncated, info)``: the wrapper returns
    ``(obs, reward, terminated | truncated, info)``.
+3. Its spaces are Gymnasium's, which the script's ``isinstance(..., gym.spaces.Discrete)`` refuses:
+   the wrapper gives the same spaces as gym's.
 
 The rate: the script prints ``SPS:`` after each update (``num_envs x num_steps`` env steps); the runner notes when each line comes and reports env steps per second from the end of
 the first update to the end of the last, as MLxE's whole loop is timed.
@@ -41,6 +43,14 @@ class OldGymApi:
     def __getattr__(self, name: str):
         return getattr(self.pool, name)
 
+    @property
+    def action_space(self):
+        return as_gym_space(self.pool.action_space)
+
+    @property
+    def observation_space(self):
+        return as_gym_space(self.pool.observation_space)
+
     def reset(self, **kwargs):
         out = self.pool.reset(**kwargs)
         return out[0] if isinstance(out, tuple) else out
@@ -51,6 +61,17 @@ class OldGymApi:
             obs, reward, terminated, truncated, info = out
             return obs, reward, terminated | truncated, info
         return out
+
+
+def as_gym_space(space):
+    """A Gymnasium Discrete or Box space as gym's (the script's gym, 0.26)."""
+    import gym
+
+    if type(space).__name__ == "Discrete":
+        return gym.spaces.Discrete(int(space.n))
+    if type(space).__name__ == "Box":
+        return gym.spaces.Box(space.low, space.high, space.shape, space.dtype)
+    return space
 
 
 class UpdateClock(io.TextIOBase):

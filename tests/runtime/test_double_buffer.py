@@ -1,0 +1,98 @@
+"""``rollout.double_buffer``: an Executor's environments in two halves, one stepped while the policy acts for the other."""
+
+import numpy as np
+import pytest
+
+import mlxe
+from mlxe.config import ConfigError
+from mlxe.envs.double_buffer import Halves
+from mlxe.envs.serial import GymVec
+from mlxe.loading import load_config
+from mlxe.models.actor_critic import flat_weights
+from mlxe.models.network import build_torch
+from mlxe.runtime.rollout import RolloutExecutor, reset_state
+from mlxe.runtime.setup import problem_spec
+from mlxe.runtime.transport.weights import SharedWeights
+
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+
+
+def executor(tmp_path, config: str, *overrides: str) -> RolloutExecutor:
+    cfg = load_config(config, [f"run.dir={tmp_path}", "env.vector=shm", "rollout.double_buffer=true", *overrides])
+    weights = flat_weights(build_torch(problem_spec(cfg)))
+    shared = SharedWeights(len(weights))
+    shared.publish(weights)
+    return RolloutExecutor(cfg, 0, shared, seed=0)
+
+
+def test_two_halves_record_what_their_environments_answer_to_the_actions(tmp_path):
+    """Replaying two segments' actions in the same environments (seeded as the Executor seeds them)
+    gives their observations, rewards, ends and final observations, row for row."""
+    ex = executor(tmp_path, "configs/zoo/ppo/CartPole-v1.yaml", "envs_per_executor=4", "env.max_episode_steps=25",
+                  "rollout.steps=40")
+    try:
+        assert isinstance(ex.env, Halves)
+        segments = [ex.collect()[0] for _ in range(2)]
+    finally:
+        ex.close()
+    env_seed = int(np.random.SeedSequence(0).generate_state(2)[0])
+    replay = GymVec(ex.cfg.env, 4, env_seed)
+    obs = replay.reset()
+    for segment in segments:
+        d = segment.steps
+        ends = 0
+        for t in range(40):
+            np.testing.assert_array_equal(d["obs"][t], obs)
+            obs, reward, terminated, truncated, final = replay.step(d["action"][t])
+            np.testing.assert_array_equal(d["reward"][t], reward)
+            np.testing.assert_array_equal(d["truncated"][t], truncated)
+            np.testing.assert_array_equal(d["terminated"][t], terminated)
+            for e in np.flatnonzero(terminated | truncated):  # the final observations, in (step, env) order
+                assert (segment.final_t[ends], segment.final_env[ends]) == (t, e)
+                np.testing.assert_array_equal(segment.final_obs[ends], final[e])
+                ends += 1
+        assert ends == len(segment.final_t) > 2
+        np.testing.assert_array_equal(segment.next_obs, obs)
+    replay.close()
+
+
+def test_a_recurrent_policys_states_stay_with_their_halves(tmp_path):
+    """The values an LSTM policy recorded equal those of the same network stepped over the segment's
+    observations in one batch, its state reset at each episode's end."""
+    ex = executor(tmp_path, "configs/zoo/ppo/CartPoleNoVel-v1.yaml", "envs_per_executor=4", "env.max_episode_steps=12",
+                  "rollout.steps=30")
+    try:
+        segment, _ = ex.collect()
+        policy = ex.policy
+        state = segment.state
+        for t in range(30):
+            _, extras, state = policy.act(segment.steps["obs"][t], state)
+            np.testing.assert_allclose(segment.steps["value"][t], extras["value"], rtol=1e-5, atol=1e-6)
+            state = reset_state(state, segment.steps["terminated"][t] | segment.steps["truncated"][t], policy)
+        assert segment.steps["truncated"].sum() >= 4
+    finally:
+        ex.close()
+
+
+def test_a_double_buffered_run_in_executor_processes_trains_and_resumes(tmp_path):
+    cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
+        f"run.dir={tmp_path}", *QUIET, "arch=is", "env.vector=shm", "rollout.double_buffer=true",
+        "stop.eval_return=null", "stop.max_env_steps=1024"])
+    first = mlxe.train(cfg)
+    more = mlxe.train(overrides=["stop.max_env_steps=2048"], resume=first.run_dir)
+    assert first.summary["env_steps"] >= 1024 and more.summary["env_steps"] >= 2048
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["rollout.double_buffer=true"], r"rollout.double_buffer: .*env.vector 'shm'"),
+    (["rollout.double_buffer=true", "env.vector=shm", "envs_per_executor=3"], r"rollout.double_buffer: .*even"),
+])
+def test_double_buffering_needs_worker_processes_and_two_equal_halves(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", *overrides])
+
+
+def test_an_algorithm_that_waits_for_episodes_cannot_double_buffer(tmp_path):
+    with pytest.raises(ConfigError, match=r"rollout.double_buffer: .*'a3c'"):
+        load_config("configs/cartpole_a3c.yaml", [f"run.dir={tmp_path}", "env.vector=shm", "rollout.double_buffer=true",
+                                                  "envs_per_executor=2"])
