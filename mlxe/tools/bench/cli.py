@@ -111,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_ocean(args.config, backends=args.backends.split(","), steps=args.steps, rounds=args.rounds,
                           overrides=args.overrides, out_dir=args.out)
+    elif args.bench == "frontier":
+        from mlxe.tools.bench.frontier import bench_frontier
+
+        out = bench_frontier(args.minutes, phases=args.phases.split(",") if args.phases else None, device=args.device,
+                             tiny=args.tiny, out_dir=args.out)
     elif args.bench == "vector":
         from mlxe.tools.bench.vector import bench_vector
 
@@ -243,6 +248,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--backends", default="ocean,serial,shm", help="comma-separated env.vector values")
     b.add_argument("--steps", type=int, default=200_000, help="env steps of each run")
     b.add_argument("--rounds", type=int, default=1, help="repeat the runs in turn (median rates)")
+    b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
+                         "Executor scaling, Pong frames/s and time to 20")
+    b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")
+    b.add_argument("--phases", default=None, help="comma-separated (default: all): compile, off-policy, scaling, pong")
+    b.add_argument("--device", default=None, help="where the Learners train (default: cuda where torch sees one)")
+    b.add_argument("--tiny", action="store_true", help="every phase in seconds: a rehearsal, not figures")
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-frontier-<time>)")
+    b.set_defaults(func=run)
     b = bench_parser("atari", "PPO on Atari Pong: whole-loop frames/s vs SB3, CNN acting, a learning curve", "configs/pong_ppo.yaml")
     b.add_argument("--archs", default="is,oa", help="comma-separated architectures")
     b.add_argument("--steps", type=int, default=8192, help="env steps of each whole-loop run")

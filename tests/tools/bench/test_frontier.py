@@ -1,0 +1,26 @@
+"""``mlxe bench frontier --tiny``: every phase but the compile (tests/algos/test_compile.py) in seconds."""
+
+import json
+
+import pytest
+
+from mlxe.tools.bench.frontier import bench_frontier
+
+pytest.importorskip("ale_py")
+pytest.importorskip("mujoco")
+
+
+def test_the_frontier_rehearsal_writes_each_phase_as_it_ends(tmp_path):
+    path = bench_frontier(minutes=0.2, phases=["off-policy", "scaling", "pong"], device="cpu", tiny=True,
+                          out_dir=tmp_path / "out")
+    text = path.read_text()
+    assert "(tiny: a rehearsal, not figures)" in text and "- SAC: **" in text and "- TD3: **" in text
+    assert "| 2 | " in text and "1 Executors: **" in text
+    results = json.loads((path.parent / "results.json").read_text())
+    assert results["device"] == "cpu" and results["scaling"]["efficiency"]["1"] == 1.0
+    assert results["pong"]["frames_per_s"] > 0 and results["pong"]["wall_s_to_20"] is None
+
+
+def test_an_unknown_phase_is_named():
+    with pytest.raises(ValueError, match=r"\['warp'\]"):
+        bench_frontier(phases=["warp"], tiny=True)
