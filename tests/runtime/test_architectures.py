@@ -107,8 +107,9 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, arch):
     assert summary["stop_reason"] == "interrupted"
     state = load_checkpoint(run_dir)  # no periodic checkpoint was due: this one is from the Ctrl-C
     assert state["trainer"]["episodes"] == summary["episodes"]
-    resumed = mlxe.train(overrides=[f"stop.max_episodes={summary['episodes'] + 10}", "run.progress=false"], resume=run_dir)
-    assert resumed.summary["episodes"] >= summary["episodes"] + 10
+    resumed = mlxe.train(overrides=[f"stop.max_env_steps={summary['env_steps'] + 500}", "run.progress=false"],
+                         resume=run_dir)
+    assert resumed.summary["env_steps"] >= summary["env_steps"] + 500 and resumed.summary["episodes"] > summary["episodes"]
 
 
 @pytest.mark.parametrize(

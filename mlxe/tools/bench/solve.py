@@ -38,7 +38,7 @@ SB3_RUNNER = Path(__file__).with_name("sb3_runner.py")
 def sb3(python: str, task: str, *args: str) -> dict:
     """Run the Stable-Baselines3 runner in ``python``; its JSON result. Its ``progress:`` lines (one
     per evaluation) are printed as they come, so a long run shows where it is."""
-    return peer(python, SB3_RUNNER, "Stable-Baselines3", task, *args)
+    return peer(python, SB3_RUNNER, "SB3", task, *args)
 
 
 def peer(python: str, runner: Path, name: str, *args: str) -> dict:

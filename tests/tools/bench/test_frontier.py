@@ -1,4 +1,5 @@
-"""``mlxe bench frontier --tiny``: every phase but the compile (tests/algos/test_compile.py) in seconds."""
+"""``mlxe bench frontier --tiny``: its last phase, which reads the run's metrics, in seconds (the others
+are the runs of the zoo's configs and the compiled step of tests/algos/test_compile.py)."""
 
 import json
 
@@ -7,18 +8,14 @@ import pytest
 from mlxe.tools.bench.frontier import bench_frontier
 
 pytest.importorskip("ale_py")
-pytest.importorskip("mujoco")
 
 
 def test_the_frontier_rehearsal_writes_each_phase_as_it_ends(tmp_path):
-    path = bench_frontier(minutes=0.2, phases=["off-policy", "scaling", "pong"], device="cpu", tiny=True,
-                          out_dir=tmp_path / "out")
+    path = bench_frontier(minutes=0.2, phases=["pong"], device="cpu", tiny=True, out_dir=tmp_path / "out")
     text = path.read_text()
-    assert "(tiny: a rehearsal, not figures)" in text and "- SAC: **" in text and "- TD3: **" in text
-    assert "| 2 | " in text and "1 Executors: **" in text
+    assert "(tiny: a rehearsal, not figures)" in text and "1 Executors: **" in text and "20 reached: not reached" in text
     results = json.loads((path.parent / "results.json").read_text())
-    assert results["device"] == "cpu" and results["scaling"]["efficiency"]["1"] == 1.0
-    assert results["pong"]["frames_per_s"] > 0 and results["pong"]["wall_s_to_20"] is None
+    assert results["device"] == "cpu" and results["pong"]["frames_per_s"] > 0 and results["pong"]["wall_s_to_20"] is None
 
 
 def test_an_unknown_phase_is_named():
