@@ -83,8 +83,8 @@ def compile_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
                 "logp": np.full(n, -np.log(6), np.float32), "value": rng.standard_normal(n).astype(np.float32),
                 "advantage": rng.standard_normal(n).astype(np.float32), "ret": rng.standard_normal(n).astype(np.float32)}
         steps = cfg.algo.epochs * n // cfg.algo.batch_size
-        for _ in range(2):  # the compiles: the first progress, then any
-            learner.update(rows, 0.1)
+        for progress in (0.1, 0.15):  # the compiles: for the first progress, then for any (dynamic)
+            learner.update(rows, progress)
         began, updates = time.perf_counter(), 0
         while updates < 1 or time.perf_counter() - began < budget / 4:
             learner.update(rows, 0.2)
