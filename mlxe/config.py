@@ -284,11 +284,15 @@ class RolloutConfig:
     """What an Executor plays per request: ``steps`` in each of its ``envs_per_executor`` environments."""
 
     steps: int = 32  # T steps per environment per segment (A2C: t_max, the n of its n-step returns)
-    # the Executor's environments in two halves, each stepped by its own worker processes while the
-    # policy acts for the other (Sample Factory's double-buffered sampling): env.vector shm, an even
-    # envs_per_executor; the halves' actions are drawn in two calls, so a run's draws differ from one
-    # call's
-    double_buffer: bool = False
+    # the Executor's environments in G equal groups, each stepped by its own worker processes while
+    # the policy acts for the others (2: Sample Factory's double-buffered sampling); env.vector shm,
+    # envs_per_executor a multiple of G. The groups' actions are drawn in G calls, so a run's draws
+    # differ from one call's
+    env_groups: int = 1
+    # serve the group whose step ended first rather than the groups in turn (EnvPool's and
+    # PufferLib's asynchronous pool): no group waits on a slow one, but the order of the draws, and so
+    # a run, depends on timing
+    ready_first: bool = False
 
 
 @dataclass
@@ -670,12 +674,7 @@ def check(cfg: Config) -> None:
             "env.wrappers or env.frame_stack); expected 'auto', 'serial' or 'shm'"
         )
     _check_ocean(cfg)
-    if cfg.rollout.double_buffer and (cfg.env.vector != "shm" or cfg.envs_per_executor % 2):
-        raise ConfigError(
-            f"rollout.double_buffer: true needs env.vector 'shm' (worker processes to step one half of the environments "
-            f"while the policy acts for the other) and an even envs_per_executor (env.vector is {cfg.env.vector!r}, "
-            f"envs_per_executor {cfg.envs_per_executor})"
-        )
+    _check_env_groups(cfg)
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
@@ -685,6 +684,20 @@ def check(cfg: Config) -> None:
             raise ConfigError(
                 f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
             )
+
+
+def _check_env_groups(cfg: Config) -> None:
+    groups = cfg.rollout.env_groups
+    if groups < 1:
+        raise ConfigError(f"rollout.env_groups: {groups!r} is not allowed; expected a number of groups >= 1")
+    if groups > 1 and (cfg.env.vector != "shm" or cfg.envs_per_executor % groups):
+        raise ConfigError(
+            f"rollout.env_groups: {groups} needs env.vector 'shm' (worker processes to step some groups while the "
+            f"policy acts for another) and an envs_per_executor that is a multiple of {groups} (env.vector is "
+            f"{cfg.env.vector!r}, envs_per_executor {cfg.envs_per_executor})"
+        )
+    if cfg.rollout.ready_first and groups == 1:
+        raise ConfigError("rollout.ready_first: true orders groups of environments; expected rollout.env_groups >= 2")
 
 
 def _check_ocean(cfg: Config) -> None:

@@ -78,10 +78,10 @@ def check(cfg: Config) -> None:
             f"arch: 'ia' is not allowed with algo.name {cfg.algo.name!r} (its iterations are segments, not "
             "episodes to wait for); expected 'istb', 'is' or 'oa'"
         )
-    if cfg.rollout.double_buffer and own.iteration == "episode":
+    if cfg.rollout.env_groups > 1 and own.iteration == "episode":
         raise ConfigError(
-            f"rollout.double_buffer: true is not allowed with algo.name {cfg.algo.name!r} (its segments end where an "
-            f"episode ends, which two halves played out of turn cannot do); expected "
+            f"rollout.env_groups: {cfg.rollout.env_groups} is not allowed with algo.name {cfg.algo.name!r} (its segments "
+            f"end where an episode ends, which groups played out of turn cannot do); expected "
             f"{_able(lambda c: c.iteration != 'episode')}"
         )
     for name, default in (("memory", MemoryConfig()), ("icm", CuriosityConfig())):

@@ -63,9 +63,17 @@ class Config(AlgoConfig):
     # torch.compile the loss (forward and backward) of autograd's step, as LeanRL does: for a GPU,
     # where the step's many small kernels are fused; a loss it cannot compile runs eagerly, said once
     compile: bool = False
+    # bfloat16 autocast of the loss's forward (torch.autocast: matrix products and convolutions in
+    # bf16, the weights, their gradients and the optimizer in float32), for CNNs on a GPU or a CPU
+    # with bf16 instructions; elsewhere the steps run in float32, said once
+    autocast: bool = False
 
     def check(self, cfg) -> None:
         super().check(cfg)
+        if self.autocast and self.backprop == "numpy":
+            raise ConfigError(
+                "algo.autocast: true casts autograd's step; algo.backprop 'numpy' has none: use 'auto' or 'autograd'"
+            )
         if self.backprop == "numpy" and (cfg.device.startswith("cuda") or cfg.model.noisy_policy):
             raise ConfigError(
                 f"algo.backprop: 'numpy' computes on the CPU without NoisyNet layers (device={cfg.device!r}, "
@@ -163,11 +171,13 @@ def episode_starts(segment: Segment) -> np.ndarray:
 class Autograd:
     """The loss's gradient by torch autograd, on any device: a batch is moved there once as tensors.
     With ``algo.compile`` the loss is ``torch.compile``'d; where compiling fails, the step runs the
-    eager loss from then on, after one warning naming the error."""
+    eager loss from then on, after one warning naming the error. With ``algo.autocast`` its forward
+    runs under bfloat16 autocast where the device computes in bf16 (:func:`bf16_supported`)."""
 
     def __init__(self, algo: OnPolicy) -> None:
         self.algo = algo
         self.loss = algo.loss
+        self.autocast = getattr(algo.algo, "autocast", False) and bf16_supported(algo.device, "algo.autocast")
         self.compile_errors: tuple[type[Exception], ...] = ()  # what makes the step fall back to eager
         if getattr(algo.algo, "compile", False):
             import torch
@@ -191,8 +201,11 @@ class Autograd:
     def gradient(self, mb: dict, progress: float) -> dict:
         """The loss's gradient on a minibatch into the flat gradient (replacing it); its terms as
         tensors on the device (read once per update: no sync per step)."""
+        import torch
+
         try:
-            loss, terms = self.loss(mb, progress)
+            with torch.autocast(self.algo.device.type, torch.bfloat16, enabled=self.autocast):
+                loss, terms = self.loss(mb, progress)
         except self.compile_errors as e:
             import warnings
 
@@ -200,7 +213,8 @@ class Autograd:
             warnings.warn(f"algo.compile: torch.compile cannot compile {type(self.algo).__name__}'s loss ({first}); "
                           "its steps run eagerly", RuntimeWarning, stacklevel=2)
             self.loss, self.compile_errors = self.algo.loss, ()
-            loss, terms = self.loss(mb, progress)
+            with torch.autocast(self.algo.device.type, torch.bfloat16, enabled=self.autocast):
+                loss, terms = self.loss(mb, progress)
         self.algo.flat.grad.zero_()  # not None: the module's gradients are views of it
         loss.backward()
         return {"loss": loss.detach()} | {k: v.detach() for k, v in terms.items()}
@@ -210,6 +224,23 @@ class Autograd:
         import torch
 
         return torch.nn.utils.clip_grad_norm_([self.algo.flat], max_norm, foreach=True)
+
+
+def bf16_supported(device, key: str) -> bool:
+    """Whether ``device`` computes in bfloat16 natively (a CUDA GPU that supports it; a CPU with
+    AVX-512 BF16 or AMX, which oneDNN uses); otherwise False after one warning naming ``key``: bf16
+    emulated in float32 instructions would only be slower."""
+    import warnings
+
+    import torch
+
+    if device.type == "cuda":
+        supported, what = torch.cuda.is_bf16_supported(), torch.cuda.get_device_name(device)
+    else:
+        supported, what = torch.ops.mkldnn._is_mkldnn_bf16_supported(), f"this CPU ({torch.backends.cpu.get_cpu_capability()})"
+    if not supported:
+        warnings.warn(f"{key}: {what} has no bfloat16 arithmetic; the steps run in float32", RuntimeWarning, stacklevel=3)
+    return supported
 
 
 def make_backprop(algo: OnPolicy):
@@ -223,7 +254,7 @@ def make_backprop(algo: OnPolicy):
         )
     supported = algo.device.type == "cpu" and not algo.spec.noisy_policy and algo.spec.mlp_only
     # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores
-    compiled = getattr(algo.algo, "compile", False)  # torch.compile's step is autograd's
+    compiled = getattr(algo.algo, "compile", False) or getattr(algo.algo, "autocast", False)  # autograd's step only
     if choice == "autograd" or compiled or not supported or (choice == "auto" and algo.cfg.torch_threads > 1):
         return Autograd(algo)
     return numpy_backprop(algo, required=choice == "numpy", fallback=Autograd)

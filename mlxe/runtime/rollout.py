@@ -21,8 +21,8 @@ import numpy as np
 
 from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State
-from mlxe.envs.double_buffer import Halves
 from mlxe.envs.filters import Filters
+from mlxe.envs.groups import EnvGroups
 from mlxe.envs.ocean import PREFIX, OceanVec
 from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
@@ -67,8 +67,9 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         from mlxe.envs.shared_memory import SharedMemoryVec
 
         workers = cfg.env.vector_workers or max(1, len(os.sched_getaffinity(0)) // cfg.num_executors())
-        if cfg.rollout.double_buffer and training:
-            return Halves(cfg.env, num_envs, seed, training, max(1, workers // 2))
+        groups = cfg.rollout.env_groups
+        if groups > 1 and training:
+            return EnvGroups(cfg.env, num_envs, seed, groups, training, max(1, workers // groups))
         return SharedMemoryVec(cfg.env, num_envs, seed, training, workers)
     return GymVec(cfg.env, num_envs, seed, training)
 
@@ -144,9 +145,10 @@ class RolloutExecutor:
         self, filters: dict | None = None, version: int | None = None, steps: int | None = None
     ) -> tuple[Segment, list[Episode]]:
         """Play T steps in every environment (fewer: see :meth:`rollout`); the segment and the
-        episodes that ended. With the environments in two halves (``rollout.double_buffer``) the
-        policy acts for one half while the other steps: half B's actions of step t are computed
-        while half A steps, and A's of step t + 1 while B steps."""
+        episodes that ended. With the environments in groups (``rollout.env_groups``) the policy
+        acts for one group while the others step: each group is sent its actions as soon as its
+        results are recorded, and the groups are served in turn or, ``rollout.ready_first``, in the
+        order their steps end (every group plays its T steps; the first to finish waits for the others)."""
         self.pull_weights(version)
         if filters is not None:
             self.filters.load_state_dict(filters)
@@ -214,17 +216,21 @@ class RolloutExecutor:
             finals.append((t, ended, final[local]))
             return True
 
-        if isinstance(self.env, Halves):
-            # a private copy of the observations and states, written half by half (the segment keeps state0)
+        if isinstance(self.env, EnvGroups):
+            # a private copy of the observations and states, written group by group (the segment keeps state0)
             obs, self.state = obs.copy(), None if self.state is None else {k: v.copy() for k, v in self.state.items()}
-            a, b = self.env.rows
-            self.env.step_async(0, act(0, a))
-            for t in range(T):
-                self.env.step_async(1, act(t, b))
-                record(t, a, self.env.step_wait(0))
-                if t + 1 < T:
-                    self.env.step_async(0, act(t + 1, a))
-                record(t, b, self.env.step_wait(1))
+            groups, played = self.env.rows, [0] * len(self.env.rows)
+            for g, rows in enumerate(groups):
+                self.env.step_async(g, act(0, rows))
+            stepping = list(range(len(groups)))  # in the order they were sent their actions
+            while stepping:
+                g = self.env.first_ready(stepping) if self.cfg.rollout.ready_first else stepping[0]
+                stepping.remove(g)
+                record(played[g], groups[g], self.env.step_wait(g))
+                played[g] += 1
+                if played[g] < T:
+                    self.env.step_async(g, act(played[g], groups[g]))
+                    stepping.append(g)
         else:
             for t in range(T):
                 if record(t, ALL, self.env.step(act(t, ALL))) and self.until_episode_end:
@@ -245,7 +251,7 @@ class RolloutExecutor:
             final_state = {
                 k: np.concatenate([s[k] for s in final_states]) if final_states else v[:0] for k, v in self.state.items()
             }
-        order = np.lexsort((final_env, final_t))  # by step, then environment (two halves record out of turn)
+        order = np.lexsort((final_env, final_t))  # by step, then environment (groups record out of turn)
         final_t, final_env, final_obs = final_t[order], final_env[order], final_obs[order]
         if final_state is not None:
             final_state = {k: v[order] for k, v in final_state.items()}

@@ -1,11 +1,12 @@
-"""``rollout.double_buffer``: an Executor's environments in two halves, one stepped while the policy acts for the other."""
+"""``rollout.env_groups``: an Executor's environments in groups, some stepped while the policy acts
+for another, in turn or (``rollout.ready_first``) in the order their steps end."""
 
 import numpy as np
 import pytest
 
 import mlxe
 from mlxe.config import ConfigError
-from mlxe.envs.double_buffer import Halves
+from mlxe.envs.groups import EnvGroups
 from mlxe.envs.serial import GymVec
 from mlxe.loading import load_config
 from mlxe.models.actor_critic import flat_weights
@@ -17,21 +18,27 @@ from mlxe.runtime.transport.weights import SharedWeights
 QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
 
 
-def executor(tmp_path, config: str, *overrides: str) -> RolloutExecutor:
-    cfg = load_config(config, [f"run.dir={tmp_path}", "env.vector=shm", "rollout.double_buffer=true", *overrides])
+# (groups, served first): Sample Factory's double buffer, and an asynchronous pool of 4
+ORDERS = [(2, False), (4, True)]
+
+
+def executor(tmp_path, config: str, groups: int, ready_first: bool, *overrides: str) -> RolloutExecutor:
+    cfg = load_config(config, [f"run.dir={tmp_path}", "env.vector=shm", f"rollout.env_groups={groups}",
+                               f"rollout.ready_first={str(ready_first).lower()}", *overrides])
     weights = flat_weights(build_torch(problem_spec(cfg)))
     shared = SharedWeights(len(weights))
     shared.publish(weights)
     return RolloutExecutor(cfg, 0, shared, seed=0)
 
 
-def test_two_halves_record_what_their_environments_answer_to_the_actions(tmp_path):
+@pytest.mark.parametrize(("groups", "ready_first"), ORDERS)
+def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, groups, ready_first):
     """Replaying two segments' actions in the same environments (seeded as the Executor seeds them)
     gives their observations, rewards, ends and final observations, row for row."""
-    ex = executor(tmp_path, "configs/zoo/ppo/CartPole-v1.yaml", "envs_per_executor=4", "env.max_episode_steps=25",
-                  "rollout.steps=40")
+    ex = executor(tmp_path, "configs/zoo/ppo/CartPole-v1.yaml", groups, ready_first, "envs_per_executor=4",
+                  "env.max_episode_steps=25", "rollout.steps=40")
     try:
-        assert isinstance(ex.env, Halves)
+        assert isinstance(ex.env, EnvGroups) and len(ex.env.parts) == groups
         segments = [ex.collect()[0] for _ in range(2)]
     finally:
         ex.close()
@@ -56,11 +63,12 @@ def test_two_halves_record_what_their_environments_answer_to_the_actions(tmp_pat
     replay.close()
 
 
-def test_a_recurrent_policys_states_stay_with_their_halves(tmp_path):
+@pytest.mark.parametrize(("groups", "ready_first"), ORDERS)
+def test_a_recurrent_policys_states_stay_with_their_groups(tmp_path, groups, ready_first):
     """The values an LSTM policy recorded equal those of the same network stepped over the segment's
     observations in one batch, its state reset at each episode's end."""
-    ex = executor(tmp_path, "configs/zoo/ppo/CartPoleNoVel-v1.yaml", "envs_per_executor=4", "env.max_episode_steps=12",
-                  "rollout.steps=30")
+    ex = executor(tmp_path, "configs/zoo/ppo/CartPoleNoVel-v1.yaml", groups, ready_first, "envs_per_executor=4",
+                  "env.max_episode_steps=12", "rollout.steps=30")
     try:
         segment, _ = ex.collect()
         policy = ex.policy
@@ -74,9 +82,9 @@ def test_a_recurrent_policys_states_stay_with_their_halves(tmp_path):
         ex.close()
 
 
-def test_a_double_buffered_run_in_executor_processes_trains_and_resumes(tmp_path):
+def test_a_run_of_grouped_environments_in_executor_processes_trains_and_resumes(tmp_path):
     cfg = load_config("configs/zoo/ppo/CartPole-v1.yaml", [
-        f"run.dir={tmp_path}", *QUIET, "arch=is", "env.vector=shm", "rollout.double_buffer=true",
+        f"run.dir={tmp_path}", *QUIET, "arch=is", "env.vector=shm", "rollout.env_groups=2", "rollout.ready_first=true",
         "stop.eval_return=null", "stop.max_env_steps=1024"])
     first = mlxe.train(cfg)
     more = mlxe.train(overrides=["stop.max_env_steps=2048"], resume=first.run_dir)
@@ -84,15 +92,17 @@ def test_a_double_buffered_run_in_executor_processes_trains_and_resumes(tmp_path
 
 
 @pytest.mark.parametrize(("overrides", "match"), [
-    (["rollout.double_buffer=true"], r"rollout.double_buffer: .*env.vector 'shm'"),
-    (["rollout.double_buffer=true", "env.vector=shm", "envs_per_executor=3"], r"rollout.double_buffer: .*even"),
+    (["rollout.env_groups=2"], r"rollout.env_groups: 2 needs env.vector 'shm'"),
+    (["rollout.env_groups=4", "env.vector=shm", "envs_per_executor=6"], r"rollout.env_groups: 4 .*multiple of 4"),
+    (["rollout.env_groups=0"], r"rollout.env_groups: 0 is not allowed"),
+    (["rollout.ready_first=true", "env.vector=shm"], r"rollout.ready_first: .*env_groups >= 2"),
 ])
-def test_double_buffering_needs_worker_processes_and_two_equal_halves(tmp_path, overrides, match):
+def test_groups_need_worker_processes_and_equal_groups(tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("configs/zoo/ppo/CartPole-v1.yaml", [f"run.dir={tmp_path}", *overrides])
 
 
-def test_an_algorithm_that_waits_for_episodes_cannot_double_buffer(tmp_path):
-    with pytest.raises(ConfigError, match=r"rollout.double_buffer: .*'a3c'"):
-        load_config("configs/cartpole_a3c.yaml", [f"run.dir={tmp_path}", "env.vector=shm", "rollout.double_buffer=true",
+def test_an_algorithm_that_waits_for_episodes_cannot_group_its_environments(tmp_path):
+    with pytest.raises(ConfigError, match=r"rollout.env_groups: 2 .*'a3c'"):
+        load_config("configs/cartpole_a3c.yaml", [f"run.dir={tmp_path}", "env.vector=shm", "rollout.env_groups=2",
                                                   "envs_per_executor=2"])
