@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/mlxe train configs/cartpole_a3c.yaml
 
-# Three pytest-xdist workers: one runs the tests that start a local Ray instance, which mostly wait,
-# beside two that compute (tests/conftest.py orders them).
+# Four pytest-xdist workers: two run the tests that start a local Ray instance, which mostly wait,
+# beside two that compute (tests/conftest.py groups and orders them).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 3 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 4 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check mlxe tests

@@ -35,29 +35,25 @@ def make_config(tmp_path):
 # Files whose tests train to a learning goal: the longest tests, started first so that the suite's
 # workers do not end waiting on one of them.
 LEARNING = {"test_learning.py", "test_off_policy.py", "test_defaults.py", "test_multiagent.py"}
-# The longest learning test runs on the Ray tests' worker, after them and at that worker's normal
-# priority: the Ray tests mostly wait and leave that worker's share of the cores unused, while the
-# two other workers each have more to compute.
-BESIDE_RAY = {"test_a3c_with_an_lstm_core_learns_cartpole_without_velocities"}
+# The Ray tests in two groups of about equal time, each on a worker of its own: one after another
+# they were the suite's longest chain, and they mostly wait on their instance's processes.
+RAY_A = {"test_local.py", "test_cluster.py", "test_replay.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marks into the test ids
 def pytest_collection_modifyitems(config, items):
-    """The tests that start a local Ray instance (marked ``ray``) run on one pytest-xdist worker, one
-    after another, from the start of the run (two Ray instances at once would contend for the same
-    cores), then the BESIDE_RAY test; on the other workers the learning tests come first, then the
-    rest in their order."""
+    """The tests that start a local Ray instance (marked ``ray``) run on two pytest-xdist workers
+    (groups ``ray-a`` and ``ray-b``), one after another on each, from the start of the run; on the
+    other workers the learning tests come first, then the rest in their order."""
     for item in items:
         if item.get_closest_marker("ray") or "ray" in item.path.parts or "ray" in item.name.split("_"):
             item.add_marker(pytest.mark.ray)
-            item.add_marker(pytest.mark.xdist_group("ray"))
-        elif item.name in BESIDE_RAY:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            item.add_marker(pytest.mark.xdist_group("ray-a" if item.path.name in RAY_A else "ray-b"))
 
     def order(item) -> int:
         if item.get_closest_marker("ray"):
             return 0
-        return 1 if item.name in BESIDE_RAY else 2 if item.path.name in LEARNING else 3
+        return 1 if item.path.name in LEARNING else 2
 
     items.sort(key=order)
 
