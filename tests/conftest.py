@@ -38,24 +38,25 @@ LEARNING = {"test_learning.py", "test_off_policy.py", "test_defaults.py", "test_
 # The Ray tests in two groups of about equal time, each on a worker of its own: one after another
 # they were the suite's longest chain, and they mostly wait on their instance's processes.
 RAY_A = {"test_local.py", "test_cluster.py", "test_replay.py"}
-# The longest learning test runs after the shorter Ray group, on its worker and at that worker's
-# normal priority: the Ray tests leave that worker's share of the cores unused, while the two
+# The two longest learning tests run after the Ray groups, one on each group's worker and at its
+# normal priority: the Ray tests leave those workers' share of the cores unused, while the two
 # compute workers each have more to do.
-BESIDE_RAY = {"test_a3c_with_an_lstm_core_learns_cartpole_without_velocities"}
+BESIDE_RAY = {"test_a3c_with_an_lstm_core_learns_cartpole_without_velocities": "ray-a",
+              "test_defaults_alone_solve_pendulum": "ray-b"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marks into the test ids
 def pytest_collection_modifyitems(config, items):
     """The tests that start a local Ray instance (marked ``ray``) run on two pytest-xdist workers
     (groups ``ray-a`` and ``ray-b``), one after another on each, from the start of the run; on the
-    other workers the learning tests come first, then the rest in their order. The BESIDE_RAY test
-    runs after the ``ray-a`` group, on its worker."""
+    other workers the learning tests come first, then the rest in their order. The BESIDE_RAY tests
+    run after their group, on its worker."""
     for item in items:
         if item.get_closest_marker("ray") or "ray" in item.path.parts or "ray" in item.name.split("_"):
             item.add_marker(pytest.mark.ray)
             item.add_marker(pytest.mark.xdist_group("ray-a" if item.path.name in RAY_A else "ray-b"))
         elif item.name in BESIDE_RAY:
-            item.add_marker(pytest.mark.xdist_group("ray-a"))
+            item.add_marker(pytest.mark.xdist_group(BESIDE_RAY[item.name]))
 
     def order(item) -> int:
         if item.get_closest_marker("ray"):

@@ -111,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_ocean(args.config, backends=args.backends.split(","), steps=args.steps, rounds=args.rounds,
                           overrides=args.overrides, out_dir=args.out)
+    elif args.bench == "groups":
+        from mlxe.tools.bench.groups import bench_groups
+
+        out = bench_groups(args.env, args.config, num_envs=args.num_envs, workers=args.workers, groups=args.groups,
+                           seconds=args.seconds, rounds=args.rounds, overrides=args.overrides, out_dir=args.out)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -248,6 +253,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--backends", default="ocean,serial,shm", help="comma-separated env.vector values")
     b.add_argument("--steps", type=int, default=200_000, help="env steps of each run")
     b.add_argument("--rounds", type=int, default=1, help="repeat the runs in turn (median rates)")
+    b = bench_parser("groups", "one Executor's acting rate: one shm vector env vs rollout.env_groups in turn and ready first",
+                     "configs/zoo/ppo/CartPole-v1.yaml")
+    b.add_argument("--env", default="jitter", help="env id, or jitter: steps that sleep an exponential time (mean 1 ms)")
+    b.add_argument("--num-envs", type=int, default=16, help="environments of the Executor")
+    b.add_argument("--workers", type=int, default=4, help="worker processes, divided among the groups")
+    b.add_argument("--groups", type=int, default=4, help="rollout.env_groups of the grouped variants")
+    b.add_argument("--seconds", type=float, default=8.0, help="timed collecting of each measurement")
+    b.add_argument("--rounds", type=int, default=2, help="repeat the measurements in turn (median rates)")
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
                          "Executor scaling, Pong frames/s and time to 20")
     b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")
