@@ -1,0 +1,55 @@
+"""EnvGroups: an Executor's environments as groups of worker processes (the collect loop's tests are
+tests/runtime/test_env_groups.py)."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from mlxe.envs.groups import EnvGroups
+from mlxe.envs.shared_memory import EnvWorkerDied
+from tests.envs.test_shared_memory import CARTPOLE, assert_same_steps
+
+
+def test_groups_step_as_one_vector_env_of_their_environments():
+    from mlxe.envs.serial import GymVec
+
+    groups, serial = EnvGroups(CARTPOLE, 6, seed=3, groups=3), GymVec(CARTPOLE, 6, 3)
+    try:
+        assert_same_steps(groups, serial, steps=40)
+        assert groups.state_dict() == serial.state_dict()
+    finally:
+        groups.close()
+        serial.close()
+
+
+def test_the_first_ready_group_is_the_one_whose_workers_all_answered():
+    groups = EnvGroups(CARTPOLE, 4, seed=0, groups=2)
+    try:
+        groups.reset()
+        groups.step_async(1, np.zeros(2, np.int64))
+        assert groups.first_ready([1]) == 1
+        groups.step_wait(1)
+        groups.step_async(0, np.zeros(2, np.int64))
+        groups.step_async(1, np.zeros(2, np.int64))
+        ready = groups.first_ready([0, 1])
+        assert ready in (0, 1)
+        groups.step_wait(ready)
+        groups.step_wait(1 - ready)
+    finally:
+        groups.close()
+
+
+def test_a_dead_worker_counts_as_ready_and_its_group_raises():
+    groups = EnvGroups(CARTPOLE, 4, seed=0, groups=2)
+    try:
+        groups.reset()
+        worker = groups.parts[1].procs[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        assert groups.first_ready([1]) == 1  # its socket's end: returns instead of waiting forever
+        with pytest.raises(EnvWorkerDied, match=r"environments 0-1 of 'CartPole-v1' died \(signal SIGKILL\)"):
+            groups.step_wait(1)
+    finally:
+        groups.close()
