@@ -203,17 +203,16 @@ class Autograd:
         tensors on the device (read once per update: no sync per step)."""
         import torch
 
-        try:
-            with torch.autocast(self.algo.device.type, torch.bfloat16, enabled=self.autocast):
+        with torch.autocast(self.algo.device.type, torch.bfloat16, enabled=self.autocast):
+            try:
                 loss, terms = self.loss(mb, progress)
-        except self.compile_errors as e:
-            import warnings
+            except self.compile_errors as e:
+                import warnings
 
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            warnings.warn(f"algo.compile: torch.compile cannot compile {type(self.algo).__name__}'s loss ({first}); "
-                          "its steps run eagerly", RuntimeWarning, stacklevel=2)
-            self.loss, self.compile_errors = self.algo.loss, ()
-            with torch.autocast(self.algo.device.type, torch.bfloat16, enabled=self.autocast):
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                warnings.warn(f"algo.compile: torch.compile cannot compile {type(self.algo).__name__}'s loss ({first}); "
+                              "its steps run eagerly", RuntimeWarning, stacklevel=2)
+                self.loss, self.compile_errors = self.algo.loss, ()
                 loss, terms = self.loss(mb, progress)
         self.algo.flat.grad.zero_()  # not None: the module's gradients are views of it
         loss.backward()

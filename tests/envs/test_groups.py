@@ -25,18 +25,22 @@ def test_groups_step_as_one_vector_env_of_their_environments():
 
 
 def test_the_first_ready_group_is_the_one_whose_workers_all_answered():
+    """Group 0's worker is stopped (SIGSTOP) while it steps: group 1, sent its actions after it, is
+    served first; in turn it would be group 0."""
     groups = EnvGroups(CARTPOLE, 4, seed=0, groups=2)
     try:
         groups.reset()
-        groups.step_async(1, np.zeros(2, np.int64))
-        assert groups.first_ready([1]) == 1
-        groups.step_wait(1)
-        groups.step_async(0, np.zeros(2, np.int64))
-        groups.step_async(1, np.zeros(2, np.int64))
-        ready = groups.first_ready([0, 1])
-        assert ready in (0, 1)
-        groups.step_wait(ready)
-        groups.step_wait(1 - ready)
+        slow = groups.parts[0].procs[0]
+        os.kill(slow.pid, signal.SIGSTOP)
+        try:
+            groups.step_async(0, np.zeros(2, np.int64))
+            groups.step_async(1, np.zeros(2, np.int64))
+            assert groups.first_ready([0, 1]) == 1
+            groups.step_wait(1)
+        finally:
+            os.kill(slow.pid, signal.SIGCONT)
+        assert groups.first_ready([0]) == 0
+        groups.step_wait(0)
     finally:
         groups.close()
 

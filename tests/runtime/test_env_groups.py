@@ -32,16 +32,25 @@ def executor(tmp_path, config: str, groups: int, ready_first: bool, *overrides: 
 
 
 @pytest.mark.parametrize(("groups", "ready_first"), ORDERS)
-def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, groups, ready_first):
+def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, monkeypatch, groups, ready_first):
     """Replaying two segments' actions in the same environments (seeded as the Executor seeds them)
-    gives their observations, rewards, ends and final observations, row for row."""
+    gives their observations, rewards, ends and final observations, row for row; ready first, every
+    group served was the first ready one."""
+    served = []
+
+    def first_ready(env, pending):
+        served.append(EnvGroups.first_ready(env, pending))
+        return served[-1]
+
     ex = executor(tmp_path, "configs/zoo/ppo/CartPole-v1.yaml", groups, ready_first, "envs_per_executor=4",
                   "env.max_episode_steps=25", "rollout.steps=40")
     try:
         assert isinstance(ex.env, EnvGroups) and len(ex.env.parts) == groups
+        monkeypatch.setattr(ex.env, "first_ready", lambda pending: first_ready(ex.env, pending))
         segments = [ex.collect()[0] for _ in range(2)]
     finally:
         ex.close()
+    assert len(served) == (2 * 40 * groups if ready_first else 0)
     env_seed = int(np.random.SeedSequence(0).generate_state(2)[0])
     replay = GymVec(ex.cfg.env, 4, env_seed)
     obs = replay.reset()
