@@ -293,6 +293,11 @@ class RolloutConfig:
     # PufferLib's asynchronous pool): no group waits on a slow one, but the order of the draws, and so
     # a run, depends on timing
     ready_first: bool = False
+    # who runs the policy: each Executor on its own core ("executors"), or one policy-inference
+    # process on the Learner's device acting for every Executor in batches ("server", Sample
+    # Factory's policy workers; IS, IA and OA). "auto": the server where the Learner's device is a
+    # GPU and the network is not a NumPy MLP (on the CPU alone it measured slower: docs/architectures.md)
+    inference: Literal["auto", "executors", "server"] = "auto"
 
 
 @dataclass
@@ -675,6 +680,7 @@ def check(cfg: Config) -> None:
         )
     _check_ocean(cfg)
     _check_env_groups(cfg)
+    _check_inference(cfg)
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
@@ -698,6 +704,22 @@ def _check_env_groups(cfg: Config) -> None:
         )
     if cfg.rollout.ready_first and groups == 1:
         raise ConfigError("rollout.ready_first: true orders groups of environments; expected rollout.env_groups >= 2")
+
+
+def _check_inference(cfg: Config) -> None:
+    if cfg.rollout.inference != "server":
+        return
+    where = [
+        (cfg.backend != "local", f"backend {cfg.backend!r} (Executors on other machines act themselves)"),
+        (cfg.arch == "istb", "arch 'istb' (its Executors are threads of the Learner's process)"),
+        (cfg.env.api == "pettingzoo", "env.api 'pettingzoo' (a multi-agent run's policies act in its Executors)"),
+    ]
+    for refused, why in where:
+        if refused:
+            raise ConfigError(
+                f"rollout.inference: 'server' serves Executor processes on the Learner's machine; not with {why}; "
+                "expected rollout.inference: executors or auto"
+            )
 
 
 def _check_ocean(cfg: Config) -> None:

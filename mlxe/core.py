@@ -73,6 +73,19 @@ class Policy(Protocol):
         """Restore :meth:`state_dict`."""
 
 
+def step_fields(spec: NetSpec) -> dict[str, Field]:
+    """What every segment records, whatever the algorithm: obs (as stored: see
+    :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated."""
+    action = Field((spec.n_actions,), "float32") if spec.continuous else Field((), "int64")
+    return {
+        "obs": Field(spec.obs_shape, spec.obs_dtype),
+        "action": action,
+        "reward": Field(),
+        "terminated": Field((), "bool"),
+        "truncated": Field((), "bool"),
+    }
+
+
 @dataclass
 class Segment:
     """T steps of E environments played by one Executor with one version of the weights.

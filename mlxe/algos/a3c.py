@@ -145,7 +145,7 @@ class A3CPolicy:
         return actions, {"logp": logp, **record}, next_state
 
     def load(self, weights: np.ndarray) -> None:
-        np.copyto(self.weights, weights)
+        self.net.load(weights)
         if self.noisy:
             self.net.reset_noise(self.rng)  # NoisyNet exploration: new noise with every version
 

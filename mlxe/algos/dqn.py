@@ -131,7 +131,7 @@ class QPolicy:
         return None
 
     def load(self, weights: np.ndarray) -> None:
-        np.copyto(self.weights, weights)
+        self.net.load(weights)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q(obs, .) [B, A] float32."""

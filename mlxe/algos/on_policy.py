@@ -109,7 +109,7 @@ class ActorCriticPolicy:
         return self.spec.initial_state(n_envs)
 
     def load(self, weights: np.ndarray) -> None:
-        np.copyto(self.weights, weights)
+        self.net.load(weights)
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False):
         """``obs`` [E, *obs] -> (actions [E] int64 or [E, A] float32, {logp, value} [E], the next state)."""

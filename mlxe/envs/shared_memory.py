@@ -60,6 +60,12 @@ def layout(num_envs: int, obs_shape: tuple, obs_dtype: np.dtype, action_shape: t
             f"terminated{s}": ((num_envs,), np.dtype(bool)),
             f"truncated{s}": ((num_envs,), np.dtype(bool)),
         }
+    return pack(fields)
+
+
+def pack(fields: dict[str, tuple[tuple, np.dtype]]) -> dict:
+    """Blocks for ``fields`` {name: (shape, dtype)} one after another in one buffer, each on its own
+    cache line: {"blocks": {name: (offset in bytes, shape, dtype)}, "size": the buffer's bytes}."""
     blocks, offset = {}, 0
     for name, (shape, dtype) in fields.items():
         blocks[name] = (offset, shape, np.dtype(dtype).str)

@@ -69,7 +69,7 @@ class EpisodeReplay:
         d = {k: v[:n] for k, v in self.memory.data.items()}
         if needs_td or self.vtrace:
             net = self.net
-            np.copyto(net.flat, weights)
+            net.load(weights)
             state = self.stored_state(d)
             if state is not None:
                 logits, values, next_state = net.step(d["obs"], state)

@@ -121,7 +121,7 @@ class EpisodeMemory(Memorizer):
         return len(self.replay)
 
     def refresh(self, weights: np.ndarray) -> None:
-        np.copyto(self.acting.flat, weights)
+        self.acting.load(weights)
 
     def add(self, segment: Segment) -> None:
         """Extend each environment's window; an episode that ended goes into the replay."""

@@ -411,6 +411,10 @@ class NumpyActorCritic:
             self._center, self._scale = spec.action_center_scale()
             self._log_std = flat[offset : offset + spec.log_std_params()] if spec.log_std_params() else None
 
+    def load(self, weights: np.ndarray) -> None:
+        """Act with ``weights`` [P] from now on."""
+        np.copyto(self.flat, weights)
+
     @property
     def layers(self) -> tuple[list, list, list]:
         """(trunk, policy, value) layers; each has ``w`` [in, out] and ``b`` [out], views of ``flat``."""

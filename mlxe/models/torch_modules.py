@@ -206,33 +206,49 @@ def check_custom(model: ActorCritic, spec: NetSpec) -> None:
 
 
 class FlatActorCritic:
-    """:class:`ActorCritic` acting over a flat float32 NumPy vector: the module's parameters are views
-    of it (kept by reference, as the NumPy mirror), so ``np.copyto(flat, weights)`` loads new weights.
-    Runs without gradients and returns NumPy arrays: the interface of
-    :class:`~mlxe.models.actor_critic.NumpyActorCritic`."""
+    """:class:`ActorCritic` acting over a flat float32 NumPy vector, without gradients, returning NumPy
+    arrays: the interface of :class:`~mlxe.models.actor_critic.NumpyActorCritic`.
+
+    Built on the CPU, the module's parameters are views of ``flat`` (kept by reference, as the NumPy
+    mirror), so ``np.copyto(flat, weights)`` loads new weights. Built under ``with
+    torch.device(d):`` for another device (the policy-inference role on a GPU), the parameters live
+    there and :meth:`load` copies new weights over; observations go there and results come back."""
 
     def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
         self.spec, self.flat = spec, flat
+        self.device = torch.get_default_device()
         self.module = ActorCritic(spec).requires_grad_(False).eval()
-        source, offset = torch.from_numpy(flat), 0
+        source = torch.from_numpy(flat)
+        self._on_device = source if self.device.type == "cpu" else source.to(self.device)
+        offset = 0
         for p in self.module.parameters():
-            p.data = source[offset : offset + p.numel()].view_as(p)
+            p.data = self._on_device[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         self._noisy = self.module.noisy_layers()
 
-    @staticmethod
-    def _tensor(obs: np.ndarray) -> torch.Tensor:
+    def load(self, weights: np.ndarray) -> None:
+        """Act with ``weights`` [P] from now on."""
+        np.copyto(self.flat, weights)
+        if self.device.type != "cpu":
+            self._on_device.copy_(torch.from_numpy(self.flat))
+
+    def _tensor(self, obs: np.ndarray) -> torch.Tensor:
         obs = np.asarray(obs)
-        return torch.from_numpy(obs) if obs.flags.writeable else torch.tensor(obs)
+        x = torch.from_numpy(obs) if obs.flags.writeable else torch.tensor(obs)
+        return x if self.device.type == "cpu" else x.to(self.device)
+
+    @staticmethod
+    def _numpy(x: torch.Tensor) -> np.ndarray:
+        return x.cpu().numpy()
 
     def __call__(self, obs: np.ndarray):
         """``obs [B, *obs_shape] -> (policy, value [B])`` as :class:`ActorCritic`, NumPy float32."""
         with torch.inference_mode():
             policy, value = self.module(self._tensor(obs))
-        policy = tuple(x.numpy() for x in policy) if isinstance(policy, tuple) else policy.numpy()
-        return policy, value.numpy()
+        policy = tuple(map(self._numpy, policy)) if isinstance(policy, tuple) else self._numpy(policy)
+        return policy, self._numpy(value)
 
     def step(self, obs: np.ndarray, state: dict[str, np.ndarray]):
         """One step of a recurrent network: ``obs [B, *obs_shape]``, ``state`` {name: [B, core_size]} ->
@@ -240,27 +256,27 @@ class FlatActorCritic:
         with torch.inference_mode():
             x = self._tensor(obs)[None]
             policy, value, state = self.module.sequence(
-                x, {k: torch.from_numpy(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool)
+                x, {k: self._tensor(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
             )
-        policy = tuple(p[0].numpy() for p in policy) if isinstance(policy, tuple) else policy[0].numpy()
-        return policy, value[0].numpy(), {k: v.numpy() for k, v in state.items()}
+        policy = tuple(self._numpy(p[0]) for p in policy) if isinstance(policy, tuple) else self._numpy(policy[0])
+        return policy, self._numpy(value[0]), {k: self._numpy(v) for k, v in state.items()}
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output [B, head_size]."""
         with torch.inference_mode():
-            return self.module.body(self._tensor(obs))[0].numpy()
+            return self._numpy(self.module.body(self._tensor(obs))[0])
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) [B]."""
         with torch.inference_mode():
-            return self.module.body(self._tensor(obs))[1].numpy()
+            return self._numpy(self.module.body(self._tensor(obs))[1])
 
     def reset_noise(self, rng: np.random.Generator) -> None:
         """New NoisyNet noise from ``rng`` (the NumPy mirror's draws)."""
         for layer in self._noisy:
             eps_in, eps_out = factorized_noise(rng, layer.eps_in.shape[0], layer.eps_out.shape[0])
-            layer.eps_in.copy_(torch.from_numpy(eps_in))
-            layer.eps_out.copy_(torch.from_numpy(eps_out))
+            layer.eps_in.copy_(self._tensor(eps_in))
+            layer.eps_out.copy_(self._tensor(eps_out))
             layer.noise = True
 
     def noise_off(self) -> None:

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from mlxe.config import ConfigError
-from mlxe.core import Episode, Field, Policy, Segment, State
+from mlxe.core import Episode, Field, Policy, Segment, State, step_fields
 from mlxe.envs.filters import Filters
 from mlxe.envs.groups import EnvGroups
 from mlxe.envs.ocean import PREFIX, OceanVec
@@ -28,6 +28,7 @@ from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
 from mlxe.policies.manager import algorithm_class
+from mlxe.runtime.inference import InferenceSlot, RemotePolicy
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.watchdog import Heartbeats
 
@@ -79,9 +80,11 @@ class RolloutExecutor:
     them as a :class:`~mlxe.core.Segment`."""
 
     def __init__(
-        self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1, heartbeats: Heartbeats | None = None
+        self, cfg, index: int, weights: SharedWeights, seed: int, executors: int = 1, heartbeats: Heartbeats | None = None,
+        inference: InferenceSlot | None = None,
     ) -> None:
-        """``heartbeats``: where this Executor notes its environment calls for the watchdog (None: nowhere)."""
+        """``heartbeats``: where this Executor notes its environment calls for the watchdog (None: nowhere);
+        ``inference``: the policy-inference process acts for it (:mod:`mlxe.runtime.inference`; None: it acts itself)."""
         self.cfg, self.index = cfg, index
         self.heartbeats = heartbeats
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
@@ -90,10 +93,14 @@ class RolloutExecutor:
         self.spec = net_spec(cfg.model, self.env.observation_space, self.env.n_actions)
         self.weights = weights
         algorithm = algorithm_class(cfg)
-        self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
         self.version = -1
-        self.policy: Policy = algorithm.make_policy(cfg, self.spec, policy_seed, executors)
         self.record = algorithm.record(cfg, self.spec)
+        self.served = inference is not None
+        if self.served:
+            self.policy: Policy = RemotePolicy(inference, self.record)
+        else:
+            self.local = np.zeros(algorithm.weights_size(cfg, self.spec), np.float32)
+            self.policy = algorithm.make_policy(cfg, self.spec, policy_seed, executors)
         self.until_episode_end = algorithm.iteration == "episode"
         self.fields = {**step_fields(self.spec), **self.record}
         self.filters = Filters(cfg.filters, cfg.algo.gamma, self.spec)  # the run-wide statistics + what this Executor saw since
@@ -136,6 +143,9 @@ class RolloutExecutor:
             self.heartbeats.rest(self.index)
 
     def pull_weights(self, version: int | None) -> None:
+        if self.served:  # the server reads the weights; the Executor says which version it plays
+            self.version = self.policy.play(version)
+            return
         known = self.version
         self.version = self.weights.read_into(self.local, known, version)
         if self.version != known:
@@ -293,19 +303,6 @@ class RolloutExecutor:
 ALL = slice(None)  # every environment of an Executor: one policy call and one step for all
 
 
-def step_fields(spec) -> dict[str, Field]:
-    """What every segment records, whatever the algorithm: obs (as stored: see
-    :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated."""
-    action = Field((spec.n_actions,), "float32") if spec.continuous else Field((), "int64")
-    return {
-        "obs": Field(spec.obs_shape, spec.obs_dtype),
-        "action": action,
-        "reward": Field(),
-        "terminated": Field((), "bool"),
-        "truncated": Field((), "bool"),
-    }
-
-
 class NonFiniteInput(ValueError):
     """An environment gave a NaN or infinite observation or reward (or one beyond float32's range)."""
 
@@ -347,11 +344,11 @@ def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:
 
 def rollout_loop(
     channel, cfg, index: int, weights: SharedWeights, seed: int, state: dict | None = None, executors: int = 1,
-    heartbeats: Heartbeats | None = None,
+    heartbeats: Heartbeats | None = None, inference: InferenceSlot | None = None,
 ) -> None:
     """A RolloutExecutor behind a channel: ``("rollout", filters, weights version, restart, steps)`` ->
     ``("rollout", segment, episodes, fresh filters)``; ``("state",)`` -> ``("state", dict)``; ``("close",)`` ends the loop."""
-    executor = RolloutExecutor(cfg, index, weights, seed, executors, heartbeats)
+    executor = RolloutExecutor(cfg, index, weights, seed, executors, heartbeats, inference)
     try:
         if state is not None:
             executor.load_state_dict(state)

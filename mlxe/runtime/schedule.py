@@ -43,6 +43,7 @@ from mlxe.models.actor_critic import NetSpec
 from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
+from mlxe.runtime.inference import InferenceServer, serves
 from mlxe.runtime.learner import Learner, build_learner
 from mlxe.runtime.rollout import rollout_loop
 from mlxe.runtime.setup import Seeds, context, problem_spec, replacement_seed
@@ -133,6 +134,10 @@ class LocalRollouts:
         self.hub = active_hub() if cfg.env.api == "remote" else None  # the remote simulators' rows
         self.heartbeats = Heartbeats(n, None if threads else context(cfg))
         self._pending: dict[int, tuple] = {}  # what each Executor was asked and has not answered yet
+        self.inference = None  # the policy-inference process, where it acts for the Executors
+        if not threads and serves(cfg, spec):
+            policy = next((s["policy"] for s in states or [] if s is not None), None)  # the server's, in every Executor's
+            self.inference = InferenceServer(cfg, spec, n, self.weights, seeds.inference, context(cfg), policy)
         workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
         # one compute thread per Executor process: the Executors are the parallelism of acting
         self.pool = ThreadPool(workers) if threads else ProcessPool(workers, context(cfg), 1)
@@ -141,7 +146,8 @@ class LocalRollouts:
 
     def _arguments(self, i: int, state: dict | None) -> tuple:
         seed = replacement_seed(self.seeds[i], self.restarts[i])
-        return (self.cfg, i, self.weights, seed, state, self.n, self.heartbeats)
+        slot = None if self.inference is None else self.inference.slots[i]
+        return (self.cfg, i, self.weights, seed, state, self.n, self.heartbeats, slot)
 
     def publish(self, weights: np.ndarray) -> None:
         self.weights.publish(weights)
@@ -182,6 +188,8 @@ class LocalRollouts:
         try:
             reply = self.pool.recv(timeout)
         except WorkerFailed as failure:
+            if self.inference is not None:
+                self.inference.check(grace=1.0)  # Executors fail when the server is gone: its failure stops the run
             self._replace(self.pool.names.index(failure.name), failure)
             return None
         finally:
@@ -251,6 +259,8 @@ class LocalRollouts:
         trained: list[Rollout],
     ) -> None:
         info.update(restarts=sum(self.restarts), episodes_lost=self.lost())
+        if self.inference is not None:
+            info["inference_batch"] = self.inference.batch()
         self.trainer.display_extra = {"restarts": sum(self.restarts)}
         self.trainer.close_iteration(updates, info, evaluate, roles)
         self.write_status()
@@ -262,6 +272,8 @@ class LocalRollouts:
     def close(self, state: str = "finished") -> None:
         try:
             self.pool.close()
+            if self.inference is not None:
+                self.inference.close()
         except BaseException:  # a second Ctrl-C while closing: the run is aborted
             state = "failed"
             raise

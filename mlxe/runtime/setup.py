@@ -19,12 +19,13 @@ class Seeds:
     learner: int
     executors: list[int]
     evaluation: int
+    inference: int  # the policy-inference process's policy (rollout.inference: server)
 
     @classmethod
     def derive(cls, seed: int, executors: int) -> Seeds:
-        children = np.random.SeedSequence(seed).spawn(executors + 2)
+        children = np.random.SeedSequence(seed).spawn(executors + 3)
         ints = [int(c.generate_state(1)[0]) for c in children]
-        return cls(ints[0], ints[2:], ints[1])
+        return cls(ints[0], ints[2:-1], ints[1], ints[-1])
 
 
 def replacement_seed(seed: int, restarts: int) -> int:

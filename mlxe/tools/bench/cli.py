@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_groups(args.env, args.config, num_envs=args.num_envs, workers=args.workers, groups=args.groups,
                            seconds=args.seconds, rounds=args.rounds, overrides=args.overrides, out_dir=args.out)
+    elif args.bench == "inference":
+        from mlxe.tools.bench.inference import bench_inference
+
+        out = bench_inference(args.config, executors=args.executors, steps=args.steps, rounds=args.rounds,
+                              overrides=args.overrides, out_dir=args.out)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -261,6 +266,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--groups", type=int, default=4, help="rollout.env_groups of the grouped variants")
     b.add_argument("--seconds", type=float, default=8.0, help="timed collecting of each measurement")
     b.add_argument("--rounds", type=int, default=2, help="repeat the measurements in turn (median rates)")
+    b = bench_parser("inference", "Executors acting themselves vs one policy-inference process: whole-loop and acting "
+                     "env steps/s", "configs/pong_ppo.yaml")
+    b.add_argument("--executors", type=int, default=2, help="Executor processes (IS)")
+    b.add_argument("--steps", type=int, default=8192, help="env steps of each run")
+    b.add_argument("--rounds", type=int, default=2, help="repeat the runs in turn (median rates)")
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
                          "Executor scaling, Pong frames/s and time to 20")
     b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")

@@ -14,7 +14,8 @@ them; ``--tiny`` shrinks every phase to seconds (a rehearsal on any machine, and
   from the first update on. Goal: >= 1,000.
 * ``scaling``: PPO's whole loop on Pong (IS: each Executor a process stepping 8 environments, the
   Learner on the device) with 1, 2, 4, 8, 16 Executors: env steps/s and the efficiency against
-  linear (rate(n) / (n x rate(1))). Goal: >= 0.8 at 16.
+  linear (rate(n) / (n x rate(1))). Goal: >= 0.8 at 16. At the largest count, the Executors
+  acting on their cores against one policy-inference process on the device (``rollout.inference``).
 * ``pong``: PPO on Pong with every core but one stepping environments (``PONG`` below, prepared
   without a GPU to tune it) for the time left: frames/s while training, and the wall time at which
   the moving average of 20 episodes first reached 20. Goals: >= 20,000 frames/s, 20 within 10 minutes.
@@ -109,17 +110,24 @@ def off_policy_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
 
 
 def scaling_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
-    """PPO's whole-loop env steps/s on Pong with 1 to 16 Executors, and the efficiency against linear."""
+    """PPO's whole-loop env steps/s on Pong with 1 to 16 Executors (``rollout.inference: auto``), the
+    efficiency against linear, and at the largest count each way of acting (Executors, the server)."""
     counts = [1, 2] if tiny else [n for n in (1, 2, 4, 8, 16) if n <= len(os.sched_getaffinity(0))]
-    rates = {}
-    for n in counts:
-        envs, steps = (2, 16) if tiny else (8, 128)
-        run = train_for(PONG, out, [
+    envs, steps = (2, 16) if tiny else (8, 128)
+    share = budget / (len(counts) + 2)
+
+    def run(n: int, inference: str) -> Path:
+        return train_for(PONG, out, [
             f"device={device}", "arch=is", f"executors={n}", f"envs_per_executor={envs}", f"rollout.steps={steps}",
-            f"stop.max_env_steps={n * envs * steps * (3 if tiny else 6)}", *wall_limit(budget / len(counts), tiny),
-            "stop.eval_return=null", "torch_threads=1", f"name=frontier-scaling-{n}"])
-        rates[n] = rate_from(run)["steps_per_s"]
-    return {"steps_per_s": rates, "efficiency": {n: rates[n] / (n * rates[counts[0]]) for n in counts}}
+            f"stop.max_env_steps={n * envs * steps * (3 if tiny else 6)}", *wall_limit(share, tiny),
+            "stop.eval_return=null", "torch_threads=1", f"rollout.inference={inference}",
+            f"name=frontier-scaling-{n}-{inference}"])
+
+    rates = {n: rate_from(run(n, "auto"))["steps_per_s"] for n in counts}
+    n = counts[-1]
+    inference = {mode: rate_from(run(n, mode))["steps_per_s"] for mode in ("executors", "server")}
+    return {"steps_per_s": rates, "efficiency": {n: rates[n] / (n * rates[counts[0]]) for n in counts},
+            "inference": {"count": n, **inference}}
 
 
 def pong_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
@@ -181,6 +189,9 @@ def report(r: dict) -> str:
         s = r["scaling"]
         lines += ["## Executor scaling, PPO on Pong (goal >= 0.8x linear at 16)", "", "| Executors | env steps/s | vs linear |",
                   "|---|---|---|", *(f"| {n} | {v:,.0f} | {s['efficiency'][n]:.2f} |" for n, v in s["steps_per_s"].items()), ""]
+        i = s["inference"]
+        lines += [f"At {i['count']} Executors, each acting on its own core: {i['executors']:,.0f} env steps/s; one "
+                  f"policy-inference process acting for all: {i['server']:,.0f} ({i['server'] / i['executors']:.2f}x).", ""]
     if "pong" in r:
         p = r["pong"]
         to20 = f"{p['wall_s_to_20']:,.0f} s" if p["wall_s_to_20"] is not None else "not reached"
