@@ -284,14 +284,14 @@ class RolloutConfig:
     """What an Executor plays per request: ``steps`` in each of its ``envs_per_executor`` environments."""
 
     steps: int = 32  # T steps per environment per segment (A2C: t_max, the n of its n-step returns)
-    # the Executor's environments in G equal groups, each stepped by its own worker processes while
-    # the policy acts for the others (2: Sample Factory's double-buffered sampling); env.vector shm,
-    # envs_per_executor a multiple of G. The groups' actions are drawn in G calls, so a run's draws
-    # differ from one call's
+    # the Executor's environments in G equal groups, each stepped by its own worker processes (or
+    # EnvPool threads) while the policy acts for the others (2: Sample Factory's double-buffered
+    # sampling); env.vector shm or envpool, envs_per_executor a multiple of G. The groups' actions
+    # are drawn in G calls, so a run's draws differ from one call's
     env_groups: int = 1
     # serve the group whose step ended first rather than the groups in turn (EnvPool's and
-    # PufferLib's asynchronous pool): no group waits on a slow one, but the order of the draws, and so
-    # a run, depends on timing
+    # PufferLib's asynchronous pool; env.vector shm): no group waits on a slow one, but the order
+    # of the draws, and so a run, depends on timing
     ready_first: bool = False
     # who runs the policy: each Executor on its own core ("executors"), or one policy-inference
     # process on the Learner's device acting for every Executor in batches ("server", Sample
@@ -696,14 +696,19 @@ def _check_env_groups(cfg: Config) -> None:
     groups = cfg.rollout.env_groups
     if groups < 1:
         raise ConfigError(f"rollout.env_groups: {groups!r} is not allowed; expected a number of groups >= 1")
-    if groups > 1 and (cfg.env.vector != "shm" or cfg.envs_per_executor % groups):
+    if groups > 1 and (cfg.env.vector not in ("shm", "envpool") or cfg.envs_per_executor % groups):
         raise ConfigError(
-            f"rollout.env_groups: {groups} needs env.vector 'shm' (worker processes to step some groups while the "
-            f"policy acts for another) and an envs_per_executor that is a multiple of {groups} (env.vector is "
-            f"{cfg.env.vector!r}, envs_per_executor {cfg.envs_per_executor})"
+            f"rollout.env_groups: {groups} needs env.vector 'shm' or 'envpool' (worker processes or threads to step "
+            f"some groups while the policy acts for another) and an envs_per_executor that is a multiple of {groups} "
+            f"(env.vector is {cfg.env.vector!r}, envs_per_executor {cfg.envs_per_executor})"
         )
     if cfg.rollout.ready_first and groups == 1:
         raise ConfigError("rollout.ready_first: true orders groups of environments; expected rollout.env_groups >= 2")
+    if cfg.rollout.ready_first and cfg.env.vector != "shm":
+        raise ConfigError(
+            f"rollout.ready_first: true needs env.vector 'shm' (whose workers say when their step has ended); "
+            f"env.vector {cfg.env.vector!r} serves its groups in turn (rollout.ready_first: false)"
+        )
 
 
 def _check_inference(cfg: Config) -> None:

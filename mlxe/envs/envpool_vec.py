@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import warnings
 
+import gymnasium
 import numpy as np
 
 from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs.factory import env_spaces, observation_layout
 
 INSTALL = "pip install 'mlxe[envpool]'"
+INT32_SEEDS = 2**30  # seeds are taken modulo this: EnvPool asserts an int32 seed, and adds i for environment i
 
 
 def envpool_task(env: EnvConfig) -> tuple[str, dict]:
@@ -53,7 +55,8 @@ def envpool_task(env: EnvConfig) -> tuple[str, dict]:
 
 class EnvPoolVec:
     """``num_envs`` environments of the ``env`` section in one EnvPool (synchronous: every step is
-    all of them), with MLxE's step semantics; environment i seeded with ``seed + i``."""
+    all of them), with MLxE's step semantics; environment i seeded with ``seed + i`` (``seed`` taken
+    modulo 2**30: EnvPool's seeds are int32)."""
 
     def __init__(self, env: EnvConfig, num_envs: int, seed: int, training: bool = True) -> None:
         try:
@@ -66,15 +69,18 @@ class EnvPoolVec:
                 f"env.vector: 'envpool' has no environment {self.task!r} (env.id {env.id!r}); EnvPool "
                 f"{envpool.__version__} runs Atari, MuJoCo, classic control and a few others: expected 'serial' or 'shm'"
             )
-        self.num_envs, self.seed, self.episodes = num_envs, seed, 0
-        self.pool = self._make(seed)
+        self.num_envs, self.seed, self.episodes = num_envs, seed % INT32_SEEDS, 0
+        self.pool = self._make(self.seed)
         with warnings.catch_warnings():  # its spaces' float64 bounds, cast to float32 as Gymnasium's are
             warnings.filterwarnings("ignore", message=".*precision lowered")
             self.observation_space, self.n_actions = env_spaces(self.pool)
         shape, dtype, _ = observation_layout(self.observation_space)
         self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)
         space = self.pool.action_space
-        continuous = not isinstance(self.n_actions, int)
+        if not isinstance(self.n_actions, (int, gymnasium.spaces.Box)):
+            raise ConfigError(f"env.vector: 'envpool' steps Discrete and Box actions; {self.task!r} has {space}: "
+                              "expected 'serial' or 'shm'")
+        continuous = isinstance(self.n_actions, gymnasium.spaces.Box)
         self.bounds = (space.low.astype(np.float32), space.high.astype(np.float32)) if continuous else None
 
     def _make(self, seed: int):
@@ -91,9 +97,18 @@ class EnvPoolVec:
 
     def step(self, actions: np.ndarray):
         """As :meth:`mlxe.envs.serial.GymVec.step` (Box actions clipped to the bounds)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Start a step: EnvPool's threads step while the caller goes on until :meth:`step_wait`."""
         if self.bounds is not None:
             actions = np.clip(actions, *self.bounds)
-        obs, reward, terminated, truncated, _ = self.pool.step(actions)
+        self.pool.send(actions)
+
+    def step_wait(self):
+        """The results of the step :meth:`step_async` started, as :meth:`step` returns them."""
+        obs, reward, terminated, truncated, _ = self.pool.recv()
         obs = np.asarray(obs, self.obs_dtype)
         ended = np.flatnonzero(terminated | truncated)
         final = None
@@ -113,7 +128,7 @@ class EnvPoolVec:
             raise ValueError("env.vector: 'envpool' resumes from an envpool checkpoint only (the environments' state "
                              "saved by another env.vector cannot be given to EnvPool)")
         self.pool.close()
-        self.seed = int(np.random.SeedSequence([state["envpool_seed"], state["episodes"]]).generate_state(1)[0] >> 1)
+        self.seed = int(np.random.SeedSequence([state["envpool_seed"], state["episodes"]]).generate_state(1)[0]) % INT32_SEEDS
         self.episodes = state["episodes"]
         self.pool = self._make(self.seed)
 

@@ -2,14 +2,17 @@
 acts for the others.
 
 With ``rollout.env_groups: G`` an Executor's environments are G equal groups, each a
-:class:`~mlxe.envs.shared_memory.SharedMemoryVec` of its own, and
+:class:`~mlxe.envs.shared_memory.SharedMemoryVec` of its own (``env.vector: shm``) or an EnvPool of
+its own (``envpool``: :class:`~mlxe.envs.envpool_vec.EnvPoolVec`, whose C++ threads step a group
+while the policy acts for another), and
 :meth:`mlxe.runtime.rollout.RolloutExecutor.collect` keeps every group stepping: it sends a group its
 actions and goes on to the next group whose results are in, so that neither the Executor's core nor
 the workers wait on each other. In turn (the default), the groups are served in a fixed round: two
 groups are Sample Factory's double-buffered sampling. ``rollout.ready_first: true`` serves whichever
 group's step ended first, the asynchronous pool of EnvPool and PufferLib: no group waits on a slow
 one (an Atari reset, a physics step that takes longer), at the price of an interleaving, and so a
-draw of the policy's random numbers, that depends on timing.
+draw of the policy's random numbers, that depends on timing (``shm`` only: an EnvPool cannot be
+asked whether its step has ended without waiting for it).
 
 :class:`EnvGroups` is also a whole vector env (``step`` steps every group, ``reset`` and the state
 dicts cover all the environments in order), so everything else an Executor does is unchanged; its
@@ -27,17 +30,22 @@ from mlxe.envs.shared_memory import SharedMemoryVec
 
 
 class EnvGroups:
-    """``num_envs`` environments as ``groups`` :class:`SharedMemoryVec` of ``workers`` processes each
-    (``num_envs`` a multiple of ``groups``)."""
+    """``num_envs`` environments as ``groups`` :class:`SharedMemoryVec` of ``workers`` processes each,
+    or (``vector="envpool"``) as ``groups`` EnvPools (``num_envs`` a multiple of ``groups``)."""
 
     def __init__(self, env: EnvConfig, num_envs: int, seed: int, groups: int, training: bool = True,
-                 workers: int = 1) -> None:
+                 workers: int = 1, vector: str = "shm") -> None:
         size = num_envs // groups
         self.rows = [slice(g * size, (g + 1) * size) for g in range(groups)]
-        self.parts: list[SharedMemoryVec] = []
+        self.parts: list = []
         try:
             for rows in self.rows:
-                self.parts.append(SharedMemoryVec(env, size, seed + rows.start, training, workers))
+                if vector == "envpool":
+                    from mlxe.envs.envpool_vec import EnvPoolVec
+
+                    self.parts.append(EnvPoolVec(env, size, seed + rows.start, training))
+                else:
+                    self.parts.append(SharedMemoryVec(env, size, seed + rows.start, training, workers))
         except BaseException:
             self.close()
             raise
@@ -54,12 +62,13 @@ class EnvGroups:
         self.parts[group].step_async(actions)
 
     def step_wait(self, group: int):
-        """The results of group ``group``'s step, as :meth:`SharedMemoryVec.step` returns them."""
+        """The results of group ``group``'s step, as its vector env's ``step`` returns them."""
         return self.parts[group].step_wait()
 
     def first_ready(self, pending: list[int]) -> int:
         """The first of the groups ``pending`` (stepping) whose every worker has answered, waiting
-        for one if none has; a worker that died counts as answered (its :meth:`step_wait` raises)."""
+        for one if none has; a worker that died counts as answered (its :meth:`step_wait` raises).
+        Groups of ``shm`` workers only."""
         while True:
             waiting = []
             for group in pending:

@@ -33,7 +33,8 @@ from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.watchdog import Heartbeats
 
 
-def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, executor: int | None = None):
+def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, executor: int | None = None,
+                    groups: int = 1):
     """The Executor's environments as ``env.vector`` steps them: the NumPy-batched CartPole
     (:class:`CartPoleVec`, Gymnasium's dynamics; ``auto`` where it applies: plain CartPole-v1),
     Gymnasium environments in turn (:class:`GymVec`) or in worker processes over shared memory
@@ -41,7 +42,8 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
     (:class:`~mlxe.envs.envpool_vec.EnvPoolVec`) or PufferLib's Ocean games in C
     (:class:`~mlxe.envs.ocean.OceanVec`; ``auto`` for their ids); ``training=False``: evaluation's environments
     (normal starts). ``env.api: remote``: Executor
-    ``executor``'s rows of the run's remote simulators (None: a probe of the spaces)."""
+    ``executor``'s rows of the run's remote simulators (None: a probe of the spaces). ``groups`` > 1:
+    ``shm`` or ``envpool`` environments in that many groups (:class:`~mlxe.envs.groups.EnvGroups`)."""
     if cfg.env.api == "remote":
         from mlxe.envs.remote import RemoteVec
 
@@ -63,13 +65,14 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
     if cfg.env.vector == "envpool":
         from mlxe.envs.envpool_vec import EnvPoolVec
 
+        if groups > 1:
+            return EnvGroups(cfg.env, num_envs, seed, groups, training, vector="envpool")
         return EnvPoolVec(cfg.env, num_envs, seed, training)
     if cfg.env.vector == "shm":
         from mlxe.envs.shared_memory import SharedMemoryVec
 
         workers = cfg.env.vector_workers or max(1, len(os.sched_getaffinity(0)) // cfg.num_executors())
-        groups = cfg.rollout.env_groups
-        if groups > 1 and training:
+        if groups > 1:
             return EnvGroups(cfg.env, num_envs, seed, groups, training, max(1, workers // groups))
         return SharedMemoryVec(cfg.env, num_envs, seed, training, workers)
     return GymVec(cfg.env, num_envs, seed, training)
@@ -89,7 +92,7 @@ class RolloutExecutor:
         self.heartbeats = heartbeats
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
-        self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index)
+        self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index, groups=cfg.rollout.env_groups)
         self.spec = net_spec(cfg.model, self.env.observation_space, self.env.n_actions)
         self.weights = weights
         algorithm = algorithm_class(cfg)

@@ -26,6 +26,16 @@ def test_an_ended_episode_is_reset_in_the_same_step():
         vec.close()
 
 
+def test_an_executors_32_bit_seed_makes_a_pool():
+    """Executors' seeds span 32 bits; EnvPool takes int32 seeds: taken modulo 2**30."""
+    big, small = EnvPoolVec(EnvConfig(id="CartPole-v1"), 2, seed=2**32 - 7), EnvPoolVec(EnvConfig(id="CartPole-v1"), 2, seed=2**30 - 7)
+    try:
+        np.testing.assert_array_equal(big.reset(), small.reset())
+    finally:
+        big.close()
+        small.close()
+
+
 def test_seeds_repeat_and_a_resumed_pool_plays_new_episodes():
     a, b = (EnvPoolVec(EnvConfig(id="CartPole-v1"), 2, seed=5) for _ in range(2))
     try:

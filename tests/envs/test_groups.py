@@ -24,6 +24,18 @@ def test_groups_step_as_one_vector_env_of_their_environments():
         serial.close()
 
 
+def test_envpool_groups_step_as_one_pool_of_their_environments():
+    pytest.importorskip("envpool")
+    from mlxe.envs.envpool_vec import EnvPoolVec
+
+    groups, pool = EnvGroups(CARTPOLE, 6, seed=3, groups=3, vector="envpool"), EnvPoolVec(CARTPOLE, 6, 3)
+    try:
+        assert_same_steps(groups, pool, steps=60)
+    finally:
+        groups.close()
+        pool.close()
+
+
 def test_the_first_ready_group_is_the_one_whose_workers_all_answered():
     """Group 0's worker is stopped (SIGSTOP) while it steps: group 1, sent its actions after it, is
     served first; in turn it would be group 0."""

@@ -22,8 +22,8 @@ QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.e
 ORDERS = [(2, False), (4, True)]
 
 
-def executor(tmp_path, config: str, groups: int, ready_first: bool, *overrides: str) -> RolloutExecutor:
-    cfg = load_config(config, [f"run.dir={tmp_path}", "env.vector=shm", f"rollout.env_groups={groups}",
+def executor(tmp_path, config: str, groups: int, ready_first: bool, *overrides: str, vector: str = "shm") -> RolloutExecutor:
+    cfg = load_config(config, [f"run.dir={tmp_path}", f"env.vector={vector}", f"rollout.env_groups={groups}",
                                f"rollout.ready_first={str(ready_first).lower()}", *overrides])
     weights = flat_weights(build_torch(problem_spec(cfg)))
     shared = SharedWeights(len(weights))
@@ -31,11 +31,13 @@ def executor(tmp_path, config: str, groups: int, ready_first: bool, *overrides: 
     return RolloutExecutor(cfg, 0, shared, seed=0)
 
 
-@pytest.mark.parametrize(("groups", "ready_first"), ORDERS)
-def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, monkeypatch, groups, ready_first):
+@pytest.mark.parametrize(("groups", "ready_first", "vector"), [*(order + ("shm",) for order in ORDERS), (2, False, "envpool")])
+def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, monkeypatch, groups, ready_first, vector):
     """Replaying two segments' actions in the same environments (seeded as the Executor seeds them)
     gives their observations, rewards, ends and final observations, row for row; ready first, every
-    group served was the first ready one."""
+    group served was the first ready one. EnvPool's groups are EnvPools, replayed in one."""
+    if vector == "envpool":
+        pytest.importorskip("envpool")
     served = []
 
     def first_ready(env, pending):
@@ -43,7 +45,7 @@ def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, m
         return served[-1]
 
     ex = executor(tmp_path, "configs/zoo/ppo/CartPole-v1.yaml", groups, ready_first, "envs_per_executor=4",
-                  "env.max_episode_steps=25", "rollout.steps=40")
+                  "env.max_episode_steps=25", "rollout.steps=40", vector=vector)
     try:
         assert isinstance(ex.env, EnvGroups) and len(ex.env.parts) == groups
         monkeypatch.setattr(ex.env, "first_ready", lambda pending: first_ready(ex.env, pending))
@@ -52,7 +54,12 @@ def test_groups_record_what_their_environments_answer_to_the_actions(tmp_path, m
         ex.close()
     assert len(served) == (2 * 40 * groups if ready_first else 0)
     env_seed = int(np.random.SeedSequence(0).generate_state(2)[0])
-    replay = GymVec(ex.cfg.env, 4, env_seed)
+    if vector == "envpool":
+        from mlxe.envs.envpool_vec import EnvPoolVec
+
+        replay = EnvPoolVec(ex.cfg.env, 4, env_seed)
+    else:
+        replay = GymVec(ex.cfg.env, 4, env_seed)
     obs = replay.reset()
     for segment in segments:
         d = segment.steps
@@ -101,7 +108,9 @@ def test_a_run_of_grouped_environments_in_executor_processes_trains_and_resumes(
 
 
 @pytest.mark.parametrize(("overrides", "match"), [
-    (["rollout.env_groups=2"], r"rollout.env_groups: 2 needs env.vector 'shm'"),
+    (["rollout.env_groups=2"], r"rollout.env_groups: 2 needs env.vector 'shm' or 'envpool'"),
+    (["rollout.env_groups=2", "rollout.ready_first=true", "env.vector=envpool"],
+     r"rollout.ready_first: true needs env.vector 'shm'"),
     (["rollout.env_groups=4", "env.vector=shm", "envs_per_executor=6"], r"rollout.env_groups: 4 .*multiple of 4"),
     (["rollout.env_groups=0"], r"rollout.env_groups: 0 is not allowed"),
     (["rollout.ready_first=true", "env.vector=shm"], r"rollout.ready_first: .*env_groups >= 2"),

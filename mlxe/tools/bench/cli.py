@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
         from mlxe.tools.bench.groups import bench_groups
 
         out = bench_groups(args.env, args.config, num_envs=args.num_envs, workers=args.workers, groups=args.groups,
-                           seconds=args.seconds, rounds=args.rounds, overrides=args.overrides, out_dir=args.out)
+                           seconds=args.seconds, rounds=args.rounds, overrides=args.overrides, out_dir=args.out,
+                           vector=args.vector)
     elif args.bench == "inference":
         from mlxe.tools.bench.inference import bench_inference
 
@@ -262,7 +263,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      "configs/zoo/ppo/CartPole-v1.yaml")
     b.add_argument("--env", default="jitter", help="env id, or jitter: steps that sleep an exponential time (mean 1 ms)")
     b.add_argument("--num-envs", type=int, default=16, help="environments of the Executor")
-    b.add_argument("--workers", type=int, default=4, help="worker processes, divided among the groups")
+    b.add_argument("--workers", type=int, default=4, help="worker processes, divided among the groups (shm)")
+    b.add_argument("--vector", default="shm", choices=["shm", "envpool"], help="the groups' vector envs")
     b.add_argument("--groups", type=int, default=4, help="rollout.env_groups of the grouped variants")
     b.add_argument("--seconds", type=float, default=8.0, help="timed collecting of each measurement")
     b.add_argument("--rounds", type=int, default=2, help="repeat the measurements in turn (median rates)")

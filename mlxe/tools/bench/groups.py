@@ -4,8 +4,8 @@ One :class:`~mlxe.runtime.rollout.RolloutExecutor` (the config's network, untrai
 segments for ``--seconds`` with each grouping in turn, ``--rounds`` times: one ``shm`` vector env,
 ``rollout.env_groups: G`` served in turn, and the same groups ready first. Every variant has the
 same ``--workers`` worker processes (divided among the groups). Env steps per second of
-``collect()``, median [min-max], and the ratio of the medians to one vector env. Writes
-``groups.md`` and ``results.json``.
+``collect()``, median [min-max], and the ratio of the medians to one vector env. ``--vector
+envpool``: one EnvPool against G EnvPools in turn. Writes ``groups.md`` and ``results.json``.
 
 ``--env jitter`` is :class:`JitterEnv`, whose step sleeps an exponential time (mean ``JITTER_MS``):
 a stand-in for environments whose steps vary in cost, where serving the ready group first pays.
@@ -47,25 +47,29 @@ class JitterEnv(gym.Env):
 
 def bench_groups(env: str = "jitter", config: str | Path = CONFIG, num_envs: int = 16, workers: int = 4,
                  groups: int = 4, seconds: float = 8.0, rounds: int = 2, overrides: list[str] | None = None,
-                 out_dir: str | Path | None = None) -> Path:
-    """``collect()`` steps/s per grouping; returns ``groups.md``."""
+                 out_dir: str | Path | None = None, vector: str = "shm") -> Path:
+    """``collect()`` steps/s per grouping; returns ``groups.md``. ``vector``: ``shm`` (``workers``
+    processes) or ``envpool`` (one EnvPool per group; no ready-first variant)."""
     out = bench_dir("groups", out_dir)
     env_id = JITTER if env == "jitter" else env
-    variants = {"one vector env": (1, False), f"{groups} groups in turn": (groups, False),
-                f"{groups} groups ready first": (groups, True)}
-    results: dict = {"env": env_id, "config": str(config), "num_envs": num_envs, "workers": workers,
+    variants = {"one vector env": (1, False), f"{groups} groups in turn": (groups, False)}
+    if vector == "shm":
+        variants[f"{groups} groups ready first"] = (groups, True)
+    results: dict = {"env": env_id, "config": str(config), "vector": vector, "num_envs": num_envs, "workers": workers,
                      "seconds": seconds, "overrides": overrides or [], "rates": {name: [] for name in variants}}
+    workers_key = [f"env.vector_workers={workers}"] if vector == "shm" else []
     for _ in range(rounds):
         for name, (g, ready) in variants.items():
             results["rates"][name].append(_acting_rate(config, [
-                *(overrides or []), f"env.id={env_id}", "env.vector=shm", f"env.vector_workers={workers}",
+                *(overrides or []), f"env.id={env_id}", f"env.vector={vector}", *workers_key,
                 f"envs_per_executor={num_envs}", f"rollout.env_groups={g}", f"rollout.ready_first={str(ready).lower()}",
             ], seconds))
             print(f"{name}: {results['rates'][name][-1]:,.0f} env steps/s", flush=True)
             (out / "results.json").write_text(json.dumps(results, indent=2))
     first = float(np.median(results["rates"]["one vector env"]))
     lines = [
-        f"# Acting with groups of environments ({env_id}, {num_envs} environments, {workers} workers, "
+        f"# Acting with groups of environments ({env_id}, {num_envs} environments, "
+        f"{f'{workers} workers' if vector == 'shm' else 'EnvPool'}, "
         f"{seconds:g} s per measurement, {rounds} round(s))", "",
         "| grouping | env steps/s | vs one vector env |", "|---|---|---|",
         *(f"| {name} | {median_range(r, 0)} | {np.median(r) / first:.2f}x |" for name, r in results["rates"].items()), "",
