@@ -76,7 +76,7 @@ class Policy(Protocol):
 def step_fields(spec: NetSpec) -> dict[str, Field]:
     """What every segment records, whatever the algorithm: obs (as stored: see
     :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated."""
-    action = Field((spec.n_actions,), "float32") if spec.continuous else Field((), "int64")
+    action = Field(spec.action_shape(), "float32" if spec.continuous else "int64")
     return {
         "obs": Field(spec.obs_shape, spec.obs_dtype),
         "action": action,

@@ -24,7 +24,7 @@ ZOO = Path(__file__).resolve().parents[1] / "configs" / "zoo"
 DISCRETE_ONLY = ("a3c", "dqn")
 CONTINUOUS_ONLY = ("ddpg", "td3", "sac")
 OFF_POLICY = ("dqn",) + CONTINUOUS_ONLY
-DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac"}
+DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac", "parts": "ppo"}
 
 BUDGET_ENV_STEPS = 1_000_000
 EVAL_EPISODES = 10
@@ -86,7 +86,7 @@ class EnvFacts:
     """What the defaults need to know of an environment."""
 
     env_id: str
-    action_kind: str  # "discrete" or "continuous"
+    action_kind: str  # "discrete", "continuous" or "parts" (categorical parts: MultiDiscrete, MultiBinary, ...)
     action_space: str  # its repr, for messages
     observation_space: str
     image: bool  # observations are images (uint8, 3-D)
@@ -110,7 +110,7 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
     import gymnasium
     import numpy as np
 
-    from mlxe.envs.factory import make_env
+    from mlxe.envs.factory import action_nvec, make_env
 
     spec = dict(env)
     instance = make_env(
@@ -119,15 +119,13 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
     )
     try:
         actions, observations = instance.action_space, instance.observation_space
-        if isinstance(actions, gymnasium.spaces.Discrete):
+        if isinstance(actions, gymnasium.spaces.Discrete) and int(actions.start) == 0:
             kind = "discrete"
         elif isinstance(actions, gymnasium.spaces.Box) and len(actions.shape) == 1:
             kind = "continuous"
-        else:
-            raise ConfigError(
-                f"env.id: {spec['id']!r} has the action space {actions}; the algorithms of this release act in a "
-                "Discrete or a 1-D Box space"
-            )
+        else:  # categorical parts (a ConfigError naming any other part)
+            action_nvec(actions, f"env.id: {spec['id']!r}'s action space")
+            kind = "parts"
         image = (
             isinstance(observations, gymnasium.spaces.Box)
             and observations.dtype == np.uint8
@@ -167,11 +165,9 @@ def check_algo(algo: str, facts: EnvFacts) -> None:
 
     if algo not in ALGORITHMS:
         raise ConfigError(f"--algo: unknown algorithm {algo!r}; expected one of {sorted(ALGORITHMS)}")
-    wrong = (facts.action_kind == "continuous" and algo in DISCRETE_ONLY) or (
-        facts.action_kind == "discrete" and algo in CONTINUOUS_ONLY
-    )
-    if wrong:
-        fits = [a for a in ALGORITHMS if a not in (DISCRETE_ONLY if facts.action_kind == "continuous" else CONTINUOUS_ONLY)]
+    refused = {"continuous": DISCRETE_ONLY, "discrete": CONTINUOUS_ONLY, "parts": DISCRETE_ONLY + CONTINUOUS_ONLY}
+    if algo in refused[facts.action_kind]:
+        fits = [a for a in ALGORITHMS if a not in refused[facts.action_kind]]
         raise ConfigError(
             f"--algo: {algo!r} cannot act in {facts.env_id}'s action space {facts.action_space}; "
             f"algorithms for it: {', '.join(fits)}"

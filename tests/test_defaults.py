@@ -47,6 +47,14 @@ def test_the_defaults_follow_the_environment():
     assert catch.tree["model"]["encoder"] == "cnn" and catch.tree["model"]["conv"] == [[16, 3, 1], [32, 3, 1]]
 
 
+def test_categorical_parts_default_to_ppo_and_refuse_the_others():
+    parts = defaults_for("tests.envs.parts:Parts", zoo=False)
+    assert parts.algo == "ppo" and "default for parts actions" in parts.notes[1]
+    assert from_dict(defaults_for("tests.envs.parts:Parts", "trpo", zoo=False).tree).algo.name == "trpo"
+    with pytest.raises(ConfigError, match=r"'dqn' cannot act in tests.envs.parts:Parts's action space MultiDiscrete"):
+        defaults_for("tests.envs.parts:Parts", "dqn")
+
+
 def test_overrides_win_and_env_overrides_shape_the_defaults():
     chosen = defaults_for("CartPole-v1", "ppo", ["algo.lr=1e-3", "env.max_episode_steps=100", "seed=3"], zoo=False)
     assert chosen.tree["algo"]["lr"] == 1e-3 and chosen.tree["seed"] == 3

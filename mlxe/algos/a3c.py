@@ -43,7 +43,7 @@ from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import Greedy, make_exploration
 from mlxe.memory.episodes import EpisodeMemory
-from mlxe.models.actor_critic import NetSpec, flat_weights
+from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
 from mlxe.models.network import acting_network
 from mlxe.ops.distributions import categorical
 from mlxe.ops.sampling import softmax
@@ -112,8 +112,7 @@ class A3CPolicy:
     recurrent core, the state each step is played from (``state.<name>``), where replayed sequences start."""
 
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
-        if spec.continuous:
-            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use sac, td3, ddpg, ppo, a2c or pg")
+        require_one_categorical(spec, "a3c")
         e = cfg.algo.exploration
         self.exploration = make_exploration(e.name, e.epsilon, e.decay)
         self.greedy = Greedy()
@@ -215,8 +214,7 @@ class A3C(Algorithm):
         from mlxe.models.network import build_torch
 
         super().__init__(cfg, spec, seed)
-        if spec.continuous:
-            raise ConfigError("algo.name: 'a3c' needs a Discrete action space; for Box actions use sac, td3, ddpg, ppo, a2c or pg")
+        require_one_categorical(spec, "a3c")
         self.algo: Config = cfg.algo
         torch.manual_seed(seed)
         self.device = resolve_device(cfg.device)

@@ -36,7 +36,7 @@ from mlxe.algos.optim import Deferred, FiniteSteps
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay, replay_share
-from mlxe.models.actor_critic import NetSpec, flat_weights
+from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
 from mlxe.models.network import acting_network
 from mlxe.ops.sampling import sample_categorical
 
@@ -101,11 +101,7 @@ def epsilon(algo: Config, env_steps: float) -> float:
 
 
 def require_discrete(spec: NetSpec) -> None:
-    if spec.continuous:
-        raise ConfigError(
-            f"algo.name: 'dqn' needs a Discrete action space, not a {spec.n_actions}-D Box; "
-            "for Box actions use sac, td3, ddpg, ppo, a2c or pg"
-        )
+    require_one_categorical(spec, "dqn")
 
 
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:

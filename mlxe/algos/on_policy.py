@@ -41,8 +41,9 @@ from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
 from mlxe.models.actor_critic import NetSpec, share_flat
 from mlxe.models.network import acting_network
+from mlxe.ops.distributions import map_policy
 from mlxe.ops.returns import gae
-from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical
+from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical, sample_multi_categorical
 
 
 @dataclass
@@ -112,7 +113,8 @@ class ActorCriticPolicy:
         self.net.load(weights)
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False):
-        """``obs`` [E, *obs] -> (actions [E] int64 or [E, A] float32, {logp, value} [E], the next state)."""
+        """``obs`` [E, *obs] -> (actions [E] int64, [E, A] float32 or [E, K] int64 (factorized), {logp,
+        value} [E], the next state)."""
         if state is not None:
             policy, values, state = self.net.step(obs, state)
         else:
@@ -121,6 +123,8 @@ class ActorCriticPolicy:
             mean, std = policy
             noise = np.zeros_like(mean) if greedy else self.rng.standard_normal(mean.shape, dtype=np.float32)
             actions, logp = mean + std * noise, gaussian_log_prob(noise, std)
+        elif self.spec.factorized:
+            actions, logp = sample_multi_categorical(policy, self.spec.action_nvec, self.rng, greedy)
         elif greedy:
             actions = np.argmax(policy, axis=1)
             logp = log_softmax(policy)[np.arange(len(actions)), actions]
@@ -251,7 +255,12 @@ def make_backprop(algo: OnPolicy):
             f"algo.backprop: 'numpy' back-propagates the MLP over flat observations, not the {algo.spec.encoder!r} "
             "encoder or a model.custom module; use 'auto' or 'autograd'"
         )
-    supported = algo.device.type == "cpu" and not algo.spec.noisy_policy and algo.spec.mlp_only
+    if choice == "numpy" and algo.spec.factorized:
+        raise ConfigError(
+            f"algo.backprop: 'numpy' back-propagates one categorical or a Gaussian head, not the {len(algo.spec.action_nvec)} "
+            "categorical parts of this action space; use 'auto' or 'autograd'"
+        )
+    supported = algo.device.type == "cpu" and not algo.spec.noisy_policy and algo.spec.mlp_only and not algo.spec.factorized
     # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores
     compiled = getattr(algo.algo, "compile", False) or getattr(algo.algo, "autocast", False)  # autograd's step only
     if choice == "autograd" or compiled or not supported or (choice == "auto" and algo.cfg.torch_threads > 1):
@@ -391,7 +400,7 @@ class OnPolicy(Algorithm):
                 state = self.main.sequence(obs[:k], state, resets[:k])[2]
             obs, resets = obs[k:], resets[k:]
         policy, value, _ = self.main.sequence(obs, state, resets)
-        return (tuple(map(flatten, policy)) if isinstance(policy, tuple) else flatten(policy)), flatten(value)
+        return map_policy(flatten, policy), flatten(value)
 
     # -- update -----------------------------------------------------------------------------------
     def learn(self, handout: Handout, progress: float) -> dict[str, float]:

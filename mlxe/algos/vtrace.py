@@ -18,7 +18,7 @@ import numpy as np
 from mlxe.algos.on_policy import episode_starts, flatten, next_values
 from mlxe.config import ConfigError
 from mlxe.core import Segment
-from mlxe.ops.distributions import log_prob_entropy
+from mlxe.ops.distributions import log_prob_entropy, map_policy
 from mlxe.ops.returns import vtrace_segments
 
 
@@ -65,7 +65,7 @@ class VTraceTargets:
                 state = {k: torch.as_tensor(v, device=self.device) for k, v in segment.state.items()}
                 resets = torch.as_tensor(episode_starts(segment), device=self.device)
                 policy, value, _ = self.main.sequence(obs, state, resets)
-                policy = tuple(map(flatten, policy)) if isinstance(policy, tuple) else flatten(policy)
+                policy = map_policy(flatten, policy)
                 value = flatten(value)
             logp, _ = log_prob_entropy(policy, torch.as_tensor(flatten(s["action"]), device=self.device))
         return logp.reshape(T, E).cpu().numpy(), value.reshape(T, E).cpu().numpy()

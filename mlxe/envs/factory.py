@@ -17,7 +17,8 @@ from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs import ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
-__all__ = ["TASK_KEYS", "make_env", "env_spaces", "observation_layout", "observation_parts", "byte_scale"]
+__all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action", "action_layout", "observation_layout",
+           "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
 pomdp.register()
@@ -216,19 +217,78 @@ def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:
         ) from exc
 
 
-def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.spaces.Box]:
+def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.Space]:
     """(observation space, actions) of an environment: ``actions`` is the number of actions (int) of a
-    Discrete action space, or the action space itself if it is a 1-D Box (continuous actions, a
-    Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds)."""
+    Discrete action space starting at 0, or the action space itself: a 1-D Box (continuous actions,
+    a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds) or a
+    composite of categorical parts (:func:`action_nvec`; a Discrete that starts elsewhere is one)."""
     gym = gymnasium
     space = env.action_space
     if isinstance(space, gym.spaces.Box):
         if len(space.shape) != 1:
             raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
-    elif not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"the algorithms of this release need a Discrete or a 1-D Box action space, got {space}")
+    else:
+        action_nvec(space)  # a ConfigError naming an unsupported part
     observation_layout(env.observation_space)  # an error here rather than in the model
-    return env.observation_space, (space if isinstance(space, gym.spaces.Box) else int(space.n))
+    plain = isinstance(space, gym.spaces.Discrete) and int(space.start) == 0
+    return env.observation_space, (int(space.n) if plain else space)
+
+
+def action_nvec(space: gymnasium.Space, where: str = "the action space") -> tuple[int, ...]:
+    """The actions of each categorical part of a Discrete, MultiDiscrete or MultiBinary action space,
+    or a Tuple or Dict of those, in Gymnasium's flattening order: what a factorized categorical
+    policy head draws (a MultiBinary's bits are parts of 2). A ConfigError names a part of any other
+    kind (``where``: its path)."""
+    gym = gymnasium
+    if isinstance(space, gym.spaces.Discrete):
+        return (int(space.n),)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return tuple(int(n) for n in np.ravel(space.nvec))
+    if isinstance(space, gym.spaces.MultiBinary):
+        return (2,) * int(np.prod(space.n))
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(n for i, part in enumerate(space.spaces) for n in action_nvec(part, f"{where}[{i}]"))
+    if isinstance(space, gym.spaces.Dict):
+        return tuple(n for key, part in space.spaces.items() for n in action_nvec(part, f"{where}[{key!r}]"))
+    raise ConfigError(
+        f"{where} is {space}: supported are a Discrete, a 1-D Box, and MultiDiscrete, MultiBinary, or a Tuple "
+        "or Dict of Discrete, MultiDiscrete and MultiBinary parts (a factorized categorical policy)"
+    )
+
+
+def to_env_action(space: gymnasium.Space, parts: np.ndarray):
+    """The action ``space``'s environment takes for the factorized categorical action ``parts`` [K]
+    (each part's index from 0, in :func:`action_nvec`'s order): a Discrete's index plus its start,
+    a MultiDiscrete's array (plus its start), a MultiBinary's int8 array, a tuple or dict of those."""
+    return _env_action(space, np.asarray(parts))[0]
+
+
+def _env_action(space: gymnasium.Space, parts: np.ndarray):
+    """(the action of ``space`` read from the front of ``parts``, the parts after it)."""
+    gym = gymnasium
+    if isinstance(space, gym.spaces.Discrete):
+        return int(parts[0]) + int(space.start), parts[1:]
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        n = space.nvec.size
+        return (parts[:n].reshape(space.nvec.shape) + space.start).astype(space.dtype), parts[n:]
+    if isinstance(space, gym.spaces.MultiBinary):
+        n = int(np.prod(space.n))
+        return parts[:n].reshape(space.shape).astype(space.dtype), parts[n:]
+    items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
+    out = {}
+    for key, part in items:
+        out[key], parts = _env_action(part, parts)
+    return (out if isinstance(space, gym.spaces.Dict) else tuple(out.values())), parts
+
+
+def action_layout(actions: int | gymnasium.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """How one environment's actions are stored, for ``actions`` as :func:`env_spaces` gives them:
+    an index ``()`` int64 (Discrete), the vector (A,) float32 (Box), or each part's index (K,) int64."""
+    if isinstance(actions, int):
+        return (), np.dtype(np.int64)
+    if isinstance(actions, gymnasium.spaces.Box):
+        return tuple(actions.shape), np.dtype(np.float32)
+    return (len(action_nvec(actions)),), np.dtype(np.int64)
 
 
 def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, int]:

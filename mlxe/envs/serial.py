@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from mlxe.config import EnvConfig
-from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
+from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout, to_env_action
 
 
 class GymVec:
@@ -15,8 +15,9 @@ class GymVec:
     CartPole step. Environment i is seeded with ``seed + i`` once.
 
     ``n_actions`` is what :func:`~mlxe.envs.factory.env_spaces` says: the number of actions of a
-    Discrete space, or the Box itself. Box actions are clipped to the bounds here, so a policy may
-    act (and store) unbounded samples, e.g. of a Gaussian.
+    Discrete space, or the space itself (a Box, or a composite of categorical parts). Box actions are
+    clipped to the bounds here, so a policy may act (and store) unbounded samples, e.g. of a
+    Gaussian; a composite's parts [E, K] become the structure its environments take.
     """
 
     def __init__(self, env: EnvConfig, num_envs: int, seed: int, training: bool = True) -> None:
@@ -29,6 +30,7 @@ class GymVec:
         self.structured = isinstance(self.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.composite = None if isinstance(self.n_actions, (int, gym.spaces.Box)) else space  # factorized actions
         self.seed = seed
 
     def reset(self, seeded: bool = True, out: np.ndarray | None = None) -> np.ndarray:
@@ -46,7 +48,8 @@ class GymVec:
         return obs
 
     def step(self, actions: np.ndarray):
-        """``actions`` [E] (Discrete) or [E, A] (Box, clipped to the bounds) -> (obs, reward,
+        """``actions`` [E] (Discrete), [E, A] (Box, clipped to the bounds) or [E, K] (a composite's
+        parts: :func:`~mlxe.envs.factory.action_nvec`) -> (obs, reward,
         terminated, truncated, final_obs), each [E, ...]; an environment whose episode ended is reset
         at once (``obs``: its new first observation, ``final_obs``: the one its episode ended in;
         None when no episode ended)."""
@@ -62,6 +65,8 @@ class GymVec:
         ended (``final`` is written only then)."""
         if self.bounds is not None:
             actions = np.clip(actions, *self.bounds)
+        elif self.composite is not None:
+            actions = [to_env_action(self.composite, a) for a in actions]
         else:
             actions = actions.tolist()  # Python ints, as a single environment is stepped
         ends = []

@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from mlxe.config import EnvConfig
-from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout
+from mlxe.envs.factory import action_layout, env_spaces, make_env_from_config, observation_layout
 
 ALIGN = 64  # bytes: each block starts on its own cache line
 SLOTS = 2  # the double buffer of step results
@@ -97,9 +97,8 @@ class SharedMemoryVec:
         shape, dtype, _ = observation_layout(self.observation_space)
         self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)
         self.num_envs, self.env_id = num_envs, env.id
-        continuous = not isinstance(self.n_actions, int)
-        action_shape, action_dtype = (self.n_actions.shape, np.float32) if continuous else ((), np.int64)
-        plan = layout(num_envs, shape, self.obs_dtype, action_shape, np.dtype(action_dtype))
+        action_shape, action_dtype = action_layout(self.n_actions)
+        plan = layout(num_envs, shape, self.obs_dtype, action_shape, action_dtype)
         fd = os.memfd_create("mlxe-vector-env")
         try:
             os.ftruncate(fd, plan["size"])

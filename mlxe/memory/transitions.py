@@ -29,7 +29,7 @@ def transition_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
     G, s_{t+m} and its bootstrap discount (observations as the Executors store them: images as bytes).
     ``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`."""
     obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
-    action = ((spec.n_actions,), np.float32) if spec.continuous else ((), np.int64)
+    action = (spec.action_shape(), np.float32 if spec.continuous else np.int64)
     return {
         "obs": obs,
         "action": action,

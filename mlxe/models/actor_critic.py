@@ -30,7 +30,10 @@ convolutions, then per Linear layer weight [out, in] row-major and bias [out]: t
 value head, then the state-independent log-std [A] where there is one).
 
 Both return ``(policy, value [B])`` where ``policy`` is the logits [B, A] (Discrete) or the pair
-(mean [B, A], std [B, A]) (Box): what ``mlxe.ops.distributions.log_prob_entropy`` reads.
+(mean [B, A], std [B, A]) (Box): what ``mlxe.ops.distributions.log_prob_entropy`` reads. Factorized
+categorical actions (``NetSpec.action_nvec``: a MultiDiscrete, a MultiBinary, a Tuple or Dict of
+categorical parts) have one head of every part's logits side by side [B, sum(nvec)]; the torch
+module wraps them in a ``MultiCategorical`` for the losses.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ class NetSpec:
     # Box actions: per-dimension bounds [n_actions] (both None: Discrete actions, a categorical head)
     action_low: tuple[float, ...] | None = None
     action_high: tuple[float, ...] | None = None
+    # factorized categorical actions (MultiDiscrete, MultiBinary, a Tuple or Dict of those): the actions
+    # of each of the K parts, n_actions = their sum (empty: one categorical of n_actions)
+    action_nvec: tuple[int, ...] = ()
     std: str = "state_independent"  # Box: "state_independent" or "softplus" (see the module doc)
     log_std_init: float = 0.0  # Box: the initial log std
     obs_dtype: str = "float32"
@@ -105,6 +111,8 @@ class NetSpec:
             raise ValueError(f"NetSpec: encoder {self.encoder!r} is not one of {', '.join(map(repr, ENCODERS))}")
         if (self.action_low is None) != (self.action_high is None):
             raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
+        if self.action_nvec and (self.continuous or sum(self.action_nvec) != self.n_actions or min(self.action_nvec) < 1):
+            raise ValueError(f"NetSpec: action_nvec {self.action_nvec} needs categorical actions, n_actions their sum")
         if not self.continuous:
             return
         low, high = np.asarray(self.action_low, np.float64), np.asarray(self.action_high, np.float64)
@@ -229,6 +237,17 @@ class NetSpec:
         """Box actions (a Gaussian policy head) rather than Discrete ones (a categorical head)."""
         return self.action_low is not None
 
+    @property
+    def factorized(self) -> bool:
+        """Several categorical parts (``action_nvec``), an action [K] of their indices."""
+        return bool(self.action_nvec)
+
+    def action_shape(self) -> tuple[int, ...]:
+        """One environment's action as stored: () an index, (A,) a Box vector, (K,) the parts' indices."""
+        if self.continuous:
+            return (self.n_actions,)
+        return (len(self.action_nvec),) if self.factorized else ()
+
     def layer_shapes(self) -> list[list[tuple[int, int]]]:
         """(in, out) of each Linear layer, grouped as [trunk, policy, value]."""
 
@@ -268,6 +287,24 @@ class NetSpec:
     def softplus_bias(self) -> float:
         """Bias of the softplus std outputs at which std = exp(log_std_init): softplus^-1(std - MIN_STD)."""
         return math.log(math.expm1(max(math.exp(self.log_std_init) - MIN_STD, MIN_STD)))
+
+
+def action_kind(spec: NetSpec) -> str:
+    """What the actions of ``spec`` are, in words (for errors)."""
+    if spec.continuous:
+        return f"a {spec.n_actions}-D Box"
+    if spec.factorized:
+        return f"{len(spec.action_nvec)} categorical parts of {list(spec.action_nvec)} actions (a MultiDiscrete, MultiBinary, Tuple or Dict)"
+    return f"{spec.n_actions} Discrete actions"
+
+
+def require_one_categorical(spec: NetSpec, algo: str) -> None:
+    """A ConfigError naming ``algo`` where its head reads anything but one Discrete action space."""
+    if spec.continuous or spec.factorized:
+        raise ConfigError(
+            f"algo.name: {algo!r} needs a Discrete action space, not {action_kind(spec)}; for Box actions use sac, "
+            "td3, ddpg, ppo, a2c, pg or trpo, for categorical parts ppo, a2c, pg or trpo"
+        )
 
 
 @functools.lru_cache(maxsize=16)
@@ -502,27 +539,34 @@ class NumpyActorCritic:
 
 def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
     """The network of the ``model`` section ``m`` for an environment's observation space and ``actions`` as
-    :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, or a 1-D Box
-    space). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
+    :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, a 1-D Box
+    space, or a composite of categorical parts). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
     (Discrete), ``cnn`` (an image: a 3-D Box)."""
     from mlxe.envs.factory import byte_scale, observation_layout, observation_parts
 
     shape, dtype, categories = observation_layout(observation_space)
     parts = observation_parts(observation_space)
+    import gymnasium
+
+    from mlxe.envs.factory import action_nvec
+
     box = {}
-    if not isinstance(actions, Integral):
+    if isinstance(actions, gymnasium.spaces.Box):
         box = dict(
             action_low=tuple(float(x) for x in actions.low), action_high=tuple(float(x) for x in actions.high),
             std=m.std, log_std_init=m.log_std_init,
         )
         actions = actions.shape[0]
+    elif not isinstance(actions, Integral):  # a composite of categorical parts: one head of their logits
+        box = dict(action_nvec=action_nvec(actions))
+        actions = sum(box["action_nvec"])
     encoder = m.encoder
     if encoder == "auto":
         encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
     check_encoder(encoder, m.custom, shape, categories, parts, observation_space)
     image = len(shape) == 3 or any(len(part) == 3 for part, _, _ in parts)
     uint8 = dtype == "uint8" or any(d == "uint8" for _, d, _ in parts)
-    check_model_reads(m, encoder, discrete=not box, image=image, uint8=uint8)  # keys this environment leaves unread
+    check_model_reads(m, encoder, discrete="action_low" not in box, image=image, uint8=uint8)  # keys it leaves unread
     if m.obs_scale is not None:  # the config's scale for every uint8 observation or part
         parts = tuple((part, d, m.obs_scale if d == "uint8" else scale) for part, d, scale in parts)
     scale = 1 / 255  # unread: float, bool and index observations are read as they are

@@ -25,7 +25,8 @@ from mlxe.models.encoders import make_encoder
 
 class Curiosity(nn.Module):
     """``rewards(obs, next_obs, action) -> [B]`` intrinsic rewards; ``losses(...) -> (forward, inverse)``
-    means. Observations [B, *obs] as stored; actions [B] int64 (Discrete) or [B, A] float32 (Box)."""
+    means. Observations [B, *obs] as stored; actions [B] int64 (Discrete), [B, A] float32 (Box) or
+    [B, K] int64 (factorized: one-hot codes of each part, the inverse model's loss summed over them)."""
 
     def __init__(self, spec: NetSpec, features: int, hidden: int, nu: float) -> None:
         super().__init__()
@@ -42,7 +43,13 @@ class Curiosity(nn.Module):
         return self.embed(self.encoder(obs))
 
     def _action(self, action: torch.Tensor) -> torch.Tensor:
-        return action.float() if self.continuous else F.one_hot(action.long(), self.spec.n_actions).float()
+        """The action as the models read it: a Box's vector, or one-hot codes (of each part, side by side)."""
+        if self.continuous:
+            return action.float()
+        if self.spec.factorized:
+            nvec = self.spec.action_nvec
+            return torch.cat([F.one_hot(action[..., k].long(), n) for k, n in enumerate(nvec)], dim=-1).float()
+        return F.one_hot(action.long(), self.spec.n_actions).float()
 
     def forward_error(self, phi: torch.Tensor, phi_next: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """|f(phi(s), a) - phi(s')|^2 / 2 per sample [B], on detached embeddings."""
@@ -60,6 +67,9 @@ class Curiosity(nn.Module):
         predicted_action = self.inverse(torch.cat([phi, phi_next], dim=-1))
         if self.continuous:
             inverse = 0.5 * (predicted_action - action.float()).pow(2).sum(dim=-1).mean()
+        elif self.spec.factorized:  # a cross-entropy per part
+            parts = predicted_action.split(list(self.spec.action_nvec), dim=-1)
+            inverse = sum(F.cross_entropy(logits, action[..., k].long()) for k, logits in enumerate(parts))
         else:
             inverse = F.cross_entropy(predicted_action, action.long())
         return self.forward_error(phi, phi_next, action).mean(), inverse

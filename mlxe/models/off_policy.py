@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import NUMPY_ACTIVATIONS, Dense, NetSpec
+from mlxe.models.actor_critic import NUMPY_ACTIVATIONS, Dense, NetSpec, action_kind
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's clamp of the log std (as SB3 and the SAC authors)
 
@@ -48,8 +48,8 @@ def check_spec(spec: NetSpec, algo: str) -> None:
     """The off-policy actor-critics need Box actions and flat observations: a ConfigError otherwise."""
     if not spec.continuous:
         raise ConfigError(
-            f"algo.name: {algo!r} needs a Box action space, not {spec.n_actions} Discrete actions; "
-            "use dqn, ppo, a2c or a3c"
+            f"algo.name: {algo!r} needs a Box action space, not {action_kind(spec)}; use dqn, ppo, a2c or a3c for "
+            "Discrete actions, ppo, a2c, pg or trpo for categorical parts"
         )
     if spec.encoder != "mlp" or spec.custom is not None or spec.recurrent:
         raise ConfigError(

@@ -18,11 +18,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import MIN_STD, NetSpec, load_custom
+from mlxe.models.actor_critic import MIN_STD, NetSpec, action_kind, load_custom
 from mlxe.models.cores import RecurrentCore
 from mlxe.models.encoders import ACTIVATIONS, as_float, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
 from mlxe.models.off_policy import actor_shapes, critic_shapes
+from mlxe.ops.distributions import MultiCategorical
 
 
 class NoisyLinear(nn.Module):
@@ -137,7 +138,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor):
         head, value = self.body(obs)
-        return (self.gaussian(head) if self.spec.continuous else head), value
+        return self.distribution(head), value
 
     def sequence(self, obs: torch.Tensor, state: dict[str, torch.Tensor], resets: torch.Tensor):
         """A recurrent network over ``obs`` [T, B, *obs] from ``state`` ({name: [B, core_size]}), the
@@ -145,7 +146,14 @@ class ActorCritic(nn.Module):
         after the last step), ``policy`` as :meth:`forward` gives it with leading axes [T, B]."""
         h, state = self.core(self.trunk(self.encoder(obs)), state, resets)
         head, value = self.policy(h), self.value(h).squeeze(-1)
-        return (self.gaussian(head) if self.spec.continuous else head), value, state
+        return self.distribution(head), value, state
+
+    def distribution(self, head: torch.Tensor):
+        """The policy head's output [*lead, head_size] as :func:`mlxe.ops.distributions.log_prob_entropy`
+        reads it: the logits (Discrete), (mean, std) (Box), or a :class:`MultiCategorical` (factorized)."""
+        if self.spec.continuous:
+            return self.gaussian(head)
+        return MultiCategorical(head, self.spec.action_nvec) if self.spec.factorized else head
 
     def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy-head output [*lead, A or 2A] -> (mean [*lead, A], std [*lead, A])."""
@@ -198,7 +206,7 @@ def check_custom(model: ActorCritic, spec: NetSpec) -> None:
     shapes = tuple(tuple(x.shape) for x in out) if isinstance(out, tuple) else None
     expected = ((2, spec.head_size()), (2,))
     if shapes != expected:
-        kind = f"{spec.n_actions} Discrete actions" if not spec.continuous else f"a {spec.n_actions}-D Box ({spec.std} std)"
+        kind = f"a {spec.n_actions}-D Box ({spec.std} std)" if spec.continuous else action_kind(spec)
         raise ConfigError(
             f"model.custom: {spec.custom}'s forward on a batch of 2 gives {shapes or type(out).__name__}, "
             f"{kind} need (head, value) of shapes {expected}"
@@ -247,8 +255,13 @@ class FlatActorCritic:
         """``obs [B, *obs_shape] -> (policy, value [B])`` as :class:`ActorCritic`, NumPy float32."""
         with torch.inference_mode():
             policy, value = self.module(self._tensor(obs))
-        policy = tuple(map(self._numpy, policy)) if isinstance(policy, tuple) else self._numpy(policy)
-        return policy, self._numpy(value)
+        return self._policy(policy), self._numpy(value)
+
+    def _policy(self, policy):
+        """A head's output in NumPy, as the NumPy mirror gives it (a factorized head's: its logits)."""
+        if isinstance(policy, MultiCategorical):
+            policy = policy.logits
+        return tuple(map(self._numpy, policy)) if isinstance(policy, tuple) else self._numpy(policy)
 
     def step(self, obs: np.ndarray, state: dict[str, np.ndarray]):
         """One step of a recurrent network: ``obs [B, *obs_shape]``, ``state`` {name: [B, core_size]} ->
@@ -258,6 +271,8 @@ class FlatActorCritic:
             policy, value, state = self.module.sequence(
                 x, {k: self._tensor(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
             )
+        if isinstance(policy, MultiCategorical):
+            policy = policy.logits
         policy = tuple(self._numpy(p[0]) for p in policy) if isinstance(policy, tuple) else self._numpy(policy[0])
         return policy, self._numpy(value[0]), {k: self._numpy(v) for k, v in state.items()}
 

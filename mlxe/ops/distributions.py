@@ -5,16 +5,49 @@
 * Diagonal Gaussian (Box actions), N(mean, diag(std^2)), summed over the A action dimensions:
   log pi(a|s) = sum_i [-(a_i - mean_i)^2 / (2 std_i^2) - log std_i - log(2 pi) / 2],
   H = sum_i [1/2 + log(2 pi) / 2 + log std_i].
+* Factorized categorical (MultiDiscrete, MultiBinary, and Tuple or Dict of those): K independent
+  categoricals, part k over ``nvec[k]`` actions, their logits side by side in one head
+  (:class:`MultiCategorical`): log pi(a|s) = sum_k log pi_k(a_k|s), H = sum_k H_k.
 
-:func:`log_prob_entropy` takes either head's output (``ActorCritic.forward``'s ``policy``), so a loss
-reads the same for both kinds of action.
+:func:`log_prob_entropy` takes any head's output (``ActorCritic.forward``'s ``policy``), so a loss
+reads the same for every kind of action.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class MultiCategorical:
+    """The policy head's output for K factorized categorical parts: ``logits`` [*B, sum(nvec)], part k's
+    logits the ``nvec[k]`` columns after the previous parts'; actions are [*B, K] int64."""
+
+    logits: Any
+    nvec: tuple[int, ...]
+
+    def parts(self):
+        """Each part's logits [*B, nvec[k]] (one view [*B, K, n] when every part has n actions)."""
+        n = self.nvec[0]
+        if all(v == n for v in self.nvec):
+            return self.logits.unflatten(-1, (len(self.nvec), n))
+        return self.logits.split(list(self.nvec), dim=-1)
+
+    def detach(self) -> MultiCategorical:
+        return MultiCategorical(self.logits.detach(), self.nvec)
+
+
+def map_policy(fn, policy):
+    """``fn`` applied to every tensor of a policy head's output, its kind kept (e.g. a reshape)."""
+    if isinstance(policy, tuple):
+        return tuple(map(fn, policy))
+    if isinstance(policy, MultiCategorical):
+        return MultiCategorical(fn(policy.logits), policy.nvec)
+    return fn(policy)
 
 
 def categorical(logits, action):
@@ -34,20 +67,38 @@ def gaussian(mean, std, action):
     return logp, (0.5 + LOG_SQRT_2PI + log_std).sum(-1)
 
 
+def multi_categorical(policy: MultiCategorical, action):
+    """(log pi(a|s) [*B], entropy [*B]) of K factorized categoricals, ``action`` [*B, K] int64."""
+    parts = policy.parts()
+    if not isinstance(parts, (list, tuple)):  # [*B, K, n]: every part at once
+        logp, entropy = categorical(parts, action)
+        return logp.sum(-1), entropy.sum(-1)
+    terms = [categorical(logits, action[..., k]) for k, logits in enumerate(parts)]
+    return sum(t[0] for t in terms), sum(t[1] for t in terms)
+
+
 def log_prob_entropy(policy, action):
     """(log pi(a|s) [B], entropy [B]) of a policy head's output: ``policy`` is logits [B, A] with
-    ``action`` [B] int64 (Discrete), or the pair (mean [B, A], std [B, A]) with ``action`` [B, A]
-    float32 (Box)."""
+    ``action`` [B] int64 (Discrete), the pair (mean [B, A], std [B, A]) with ``action`` [B, A]
+    float32 (Box), or a :class:`MultiCategorical` with ``action`` [B, K] int64."""
     if isinstance(policy, tuple):
         return gaussian(*policy, action)
+    if isinstance(policy, MultiCategorical):
+        return multi_categorical(policy, action)
     return categorical(policy, action)
 
 
 def kl_divergence(old, new):
-    """KL(old || new) [B] between two outputs of the same policy head: categorical logits [B, A], or
-    (mean [B, A], std [B, A]) of diagonal Gaussians (summed over the A dimensions)."""
+    """KL(old || new) [B] between two outputs of the same policy head: categorical logits [B, A],
+    (mean [B, A], std [B, A]) of diagonal Gaussians (summed over the A dimensions), or factorized
+    categoricals (summed over the parts)."""
     import torch.nn.functional as F
 
+    if isinstance(old, MultiCategorical):
+        a, b = old.parts(), new.parts()
+        if isinstance(a, (list, tuple)):
+            return sum(kl_divergence(x, y) for x, y in zip(a, b))
+        return kl_divergence(a, b).sum(-1)  # [*B, K, n]: every part at once
     if isinstance(old, tuple):
         (mean0, std0), (mean1, std1) = old, new
         return ((std1 / std0).log() + (std0.square() + (mean0 - mean1).square()) / (2 * std1.square()) - 0.5).sum(-1)

@@ -31,3 +31,32 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np
 def gaussian_log_prob(noise: np.ndarray, std: np.ndarray) -> np.ndarray:
     """log N(mean + std * noise | mean, diag(std^2)) [B] of standard-normal ``noise`` and ``std`` [B, A]."""
     return -(0.5 * np.square(noise) + np.log(std)).sum(axis=1) - noise.shape[1] * np.float32(LOG_SQRT_2PI)
+
+
+def split_parts(logits: np.ndarray, nvec: tuple[int, ...]) -> list[np.ndarray] | np.ndarray:
+    """Factorized categorical logits [B, sum(nvec)] as each part's [B, nvec[k]] (one view [B, K, n]
+    when every part has n actions)."""
+    n = nvec[0]
+    if all(v == n for v in nvec):
+        return logits.reshape(len(logits), len(nvec), n)
+    return np.split(logits, np.cumsum(nvec)[:-1], axis=1)
+
+
+def sample_multi_categorical(logits: np.ndarray, nvec: tuple[int, ...], rng: np.random.Generator,
+                             greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [B, K] of K factorized categoricals (logits [B, sum(nvec)]: see :func:`split_parts`),
+    each sampled (``greedy``: its argmax), and their log-probabilities [B] (summed over the parts)."""
+    parts = split_parts(logits, nvec)
+    if isinstance(parts, np.ndarray):  # [B, K, n]
+        logp_all = log_softmax(parts)
+        scores = logp_all if greedy else logp_all - np.log(-np.log(rng.random(parts.shape)))
+        actions = np.argmax(scores, axis=2)
+        return actions, np.take_along_axis(logp_all, actions[..., None], axis=2)[..., 0].sum(axis=1)
+    actions = np.empty((len(logits), len(nvec)), np.int64)
+    logp = np.zeros(len(logits), logits.dtype)
+    for k, part in enumerate(parts):
+        logp_all = log_softmax(part)
+        scores = logp_all if greedy else logp_all - np.log(-np.log(rng.random(part.shape)))
+        actions[:, k] = np.argmax(scores, axis=1)
+        logp += logp_all[np.arange(len(part)), actions[:, k]]
+    return actions, logp

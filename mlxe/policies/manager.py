@@ -52,7 +52,7 @@ class JointPolicy:
 
     def __init__(self, plans: list[PolicyPlan], agents: int, spec, seed: int, executors: int) -> None:
         self.plans, self.agents = plans, agents
-        self.action_shape = (spec.n_actions,) if spec.continuous else ()
+        self.action_shape = spec.action_shape()
         self.action_dtype = np.float32 if spec.continuous else np.int64
         self.policies = [
             RulePolicy(p.rule, f"policies.{p.name}.rule", self.action_shape) if p.rule is not None

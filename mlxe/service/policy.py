@@ -123,6 +123,8 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
         action = {
             "kind": "box", "shape": [spec.n_actions], "low": list(spec.action_low), "high": list(spec.action_high),
         }
+    elif spec.factorized:  # an action is each part's index (a MultiDiscrete's, a MultiBinary's bits, ...)
+        bounds, action = None, {"kind": "multi_discrete", "nvec": list(spec.action_nvec)}
     else:
         bounds, action = None, {"kind": "discrete", "n": spec.n_actions}
     recurrent = policy.initial_state(1) is not None

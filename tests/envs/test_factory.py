@@ -221,3 +221,30 @@ def test_mujoco_warnings_are_python_warnings_not_lines_on_stderr(capfd):
     assert "WARNING" not in capfd.readouterr().err
     with pytest.warns(RuntimeWarning, match="^MuJoCo: a test$"):
         mujoco.get_mju_user_warning()("a test\n")
+
+
+@pytest.mark.parametrize("kind", ["multi_discrete", "multi_binary", "tuple", "dict"])
+def test_a_composite_action_is_each_parts_index_and_back(kind):
+    """action_nvec orders the parts as Gymnasium flattens the space (a Dict's keys sorted); to_env_action
+    gives the environment the structure its space holds (a Discrete's start added back)."""
+    from mlxe.envs.factory import action_nvec, env_spaces, to_env_action
+    from tests.envs.parts import Parts
+
+    env = Parts(kind)
+    assert env_spaces(env)[1] is env.action_space
+    nvec = action_nvec(env.action_space)
+    assert list(nvec) == env.nvec
+    rng = np.random.default_rng(0)
+    for parts in rng.integers(0, nvec, (50, len(nvec))):
+        action = to_env_action(env.action_space, parts)
+        assert env.action_space.contains(action)
+        np.testing.assert_array_equal(env.indices(action), parts)
+
+
+def test_a_discrete_space_that_does_not_start_at_0_is_shifted():
+    from mlxe.envs.factory import action_nvec, env_spaces, to_env_action
+
+    env = gymnasium.make("CartPole-v1")
+    env.action_space = gymnasium.spaces.Discrete(3, start=-1)
+    assert env_spaces(env)[1] is env.action_space and action_nvec(env.action_space) == (3,)
+    assert [to_env_action(env.action_space, np.array([i])) for i in range(3)] == [-1, 0, 1]

@@ -2,10 +2,12 @@ import multiprocessing as mp
 import os
 import signal
 
+import gymnasium
 import numpy as np
 import pytest
 
 from mlxe.config import EnvConfig
+from mlxe.envs.factory import action_nvec
 from mlxe.envs.serial import GymVec
 from mlxe.envs.shared_memory import EnvWorkerDied, EnvWorkerError, SharedMemoryVec
 
@@ -15,6 +17,8 @@ CARTPOLE = EnvConfig(id="CartPole-v1", max_episode_steps=12)
 def random_actions(vec, rng):
     if isinstance(vec.n_actions, int):
         return rng.integers(0, vec.n_actions, vec.num_envs)
+    if not isinstance(vec.n_actions, gymnasium.spaces.Box):  # a composite's parts
+        return rng.integers(0, action_nvec(vec.n_actions), (vec.num_envs, len(action_nvec(vec.n_actions))))
     return rng.uniform(-3, 3, (vec.num_envs, *vec.n_actions.shape)).astype(np.float32)
 
 
@@ -40,6 +44,7 @@ def assert_same_steps(a, b, steps: int, seed: int = 0) -> None:
         (CARTPOLE, 5),  # more workers than environments: one each
         (EnvConfig(id="Pendulum-v1", max_episode_steps=7), 2),  # Box actions, clipped as in GymVec
         (EnvConfig(id="tests.envs.catch:CatchDict"), 3),  # a Dict observation, flattened as stored
+        (EnvConfig(id="tests.envs.parts:Parts", kwargs={"kind": "dict"}), 2),  # a Dict of categorical parts
     ],
 )
 def test_same_results_as_serial_gymnasium(env, workers):

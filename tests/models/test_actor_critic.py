@@ -234,3 +234,23 @@ def test_gaussian_spec_is_hashable_and_equal_by_value():
 def test_invalid_gaussian_specs_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         NetSpec(obs_shape=3, n_actions=2, **kwargs)
+
+
+def test_a_factorized_head_holds_every_parts_logits_side_by_side():
+    """Categorical parts of [3, 4, 2] actions: one head of 9 logits, wrapped for the losses by the torch
+    module, plain logits from the NumPy mirror and from the torch acting network alike."""
+    from mlxe.models.torch_modules import FlatActorCritic
+    from mlxe.ops.distributions import MultiCategorical
+
+    spec = NetSpec(obs_shape=5, n_actions=9, trunk=(8,), policy_head=(), value_head=(), action_nvec=(3, 4, 2))
+    assert spec.factorized and spec.head_size() == 9 and spec.action_shape() == (3,) and not spec.continuous
+    torch.manual_seed(0)
+    model = build_torch(spec)
+    obs = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    with torch.no_grad():
+        policy, _ = model(torch.as_tensor(obs))
+    assert isinstance(policy, MultiCategorical) and policy.nvec == (3, 4, 2) and policy.logits.shape == (6, 9)
+    for net in (NumpyActorCritic(spec, flat_of(model)), FlatActorCritic(spec, flat_of(model))):
+        np.testing.assert_allclose(net(obs)[0], policy.logits.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="action_nvec"):
+        NetSpec(obs_shape=5, n_actions=8, action_nvec=(3, 4, 2))

@@ -22,9 +22,12 @@ def params(module):
     return {k: v.detach().numpy().astype(np.float64) for k, v in module.state_dict().items()}
 
 
-@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "box"])
-def test_losses_and_rewards_by_hand(continuous):
+@pytest.mark.parametrize("kind", ["discrete", "box", "parts"])
+def test_losses_and_rewards_by_hand(kind):
+    continuous = kind == "box"
     box = dict(action_low=(-1.0, -1.0, -1.0), action_high=(1.0, 1.0, 1.0)) if continuous else {}
+    if kind == "parts":  # categorical parts of 1 and 2 actions: one-hot codes side by side, a cross-entropy each
+        box = dict(action_nvec=(1, 2))
     spec = NetSpec(4, 3, (), (), (), **box)
     torch.manual_seed(0)
     icm = Curiosity(spec, features=5, hidden=6, nu=0.3)
@@ -32,6 +35,8 @@ def test_losses_and_rewards_by_hand(continuous):
     rng = np.random.default_rng(0)
     obs, nxt = rng.standard_normal((7, 4)), rng.standard_normal((7, 4))
     action = rng.uniform(-1, 1, (7, 3)) if continuous else rng.integers(3, size=7)
+    if kind == "parts":
+        action = np.stack([np.zeros(7, np.int64), rng.integers(2, size=7)], axis=1)
 
     def phi(x):
         return elu(x @ p["embed.0.weight"].T + p["embed.0.bias"])
@@ -41,10 +46,18 @@ def test_losses_and_rewards_by_hand(continuous):
         return h @ p[f"{name}.2.weight"].T + p[f"{name}.2.bias"]
 
     coded = action if continuous else np.eye(3)[action]
+    if kind == "parts":
+        coded = np.concatenate([np.eye(1)[action[:, 0]], np.eye(2)[action[:, 1]]], axis=1)
     error = 0.5 * ((mlp(np.concatenate([phi(obs), coded], 1), "forward_model") - phi(nxt)) ** 2).sum(1)
     logits = mlp(np.concatenate([phi(obs), phi(nxt)], 1), "inverse")
     if continuous:
         inverse = np.mean(0.5 * ((logits - action) ** 2).sum(1))
+    elif kind == "parts":
+        inverse = 0.0
+        for part, (lo, hi) in enumerate([(0, 1), (1, 3)]):
+            z = logits[:, lo:hi]
+            logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+            inverse -= np.mean(logp[np.arange(7), action[:, part]])
     else:
         logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
         inverse = -np.mean(logp[np.arange(7), action])

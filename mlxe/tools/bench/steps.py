@@ -45,6 +45,8 @@ def random_segment(spec, steps: int, rng: np.random.Generator, executor: int = 0
     if spec.continuous:
         low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
         action = rng.uniform(low, high, (steps, 1, spec.n_actions)).astype(np.float32)
+    elif spec.factorized:
+        action = rng.integers(0, spec.action_nvec, (steps, 1, len(spec.action_nvec)))
     else:
         action = rng.integers(0, spec.n_actions, (steps, 1))
     obs = observations(steps + 1)
