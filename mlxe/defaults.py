@@ -119,7 +119,7 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
     )
     try:
         actions, observations = instance.action_space, instance.observation_space
-        if isinstance(actions, gymnasium.spaces.Discrete) and int(actions.start) == 0:
+        if isinstance(actions, gymnasium.spaces.Discrete):
             kind = "discrete"
         elif isinstance(actions, gymnasium.spaces.Box) and len(actions.shape) == 1:
             kind = "continuous"

@@ -219,9 +219,9 @@ def _make_custom(env_id: str, ctor_kwargs: dict[str, Any]) -> gymnasium.Env:
 
 def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.Space]:
     """(observation space, actions) of an environment: ``actions`` is the number of actions (int) of a
-    Discrete action space starting at 0, or the action space itself: a 1-D Box (continuous actions,
-    a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads its bounds) or a
-    composite of categorical parts (:func:`action_nvec`; a Discrete that starts elsewhere is one)."""
+    Discrete action space (the vector envs add its start back), or the action space itself: a 1-D
+    Box (continuous actions, a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads
+    its bounds) or a composite of categorical parts (:func:`action_nvec`)."""
     gym = gymnasium
     space = env.action_space
     if isinstance(space, gym.spaces.Box):
@@ -230,8 +230,7 @@ def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.Space]:
     else:
         action_nvec(space)  # a ConfigError naming an unsupported part
     observation_layout(env.observation_space)  # an error here rather than in the model
-    plain = isinstance(space, gym.spaces.Discrete) and int(space.start) == 0
-    return env.observation_space, (int(space.n) if plain else space)
+    return env.observation_space, (int(space.n) if isinstance(space, gym.spaces.Discrete) else space)
 
 
 def action_nvec(space: gymnasium.Space, where: str = "the action space") -> tuple[int, ...]:

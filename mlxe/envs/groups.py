@@ -37,6 +37,7 @@ class EnvGroups:
                  workers: int = 1, vector: str = "shm") -> None:
         size = num_envs // groups
         self.rows = [slice(g * size, (g + 1) * size) for g in range(groups)]
+        self.vector = vector
         self.parts: list = []
         try:
             for rows in self.rows:
@@ -90,9 +91,19 @@ class EnvGroups:
         return obs, reward, terminated, truncated, final
 
     def state_dict(self) -> list[dict]:
+        """``shm``: every environment's state in order (as one vector env's); ``envpool``: each group's pool's."""
+        if self.vector == "envpool":
+            return [part.state_dict() for part in self.parts]
         return [state for part in self.parts for state in part.state_dict()]
 
     def load_state_dict(self, states: list[dict]) -> None:
+        if self.vector == "envpool":
+            if not isinstance(states, list) or len(states) != len(self.parts):
+                raise ValueError(f"env.vector: 'envpool' in {len(self.parts)} groups resumes from the states of "
+                                 f"{len(self.parts)} pools (rollout.env_groups as the checkpoint's run had it)")
+            for part, state in zip(self.parts, states):
+                part.load_state_dict(state)
+            return
         for part, rows in zip(self.parts, self.rows):
             part.load_state_dict(states[rows])
 

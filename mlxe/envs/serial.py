@@ -31,6 +31,7 @@ class GymVec:
         space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.composite = None if isinstance(self.n_actions, (int, gym.spaces.Box)) else space  # factorized actions
+        self.start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0  # a Discrete's first action
         self.seed = seed
 
     def reset(self, seeded: bool = True, out: np.ndarray | None = None) -> np.ndarray:
@@ -63,12 +64,7 @@ class GymVec:
                   truncated: np.ndarray, final: np.ndarray) -> bool:
         """:meth:`step` writing into the given arrays, each [E, ...]; returns whether an episode
         ended (``final`` is written only then)."""
-        if self.bounds is not None:
-            actions = np.clip(actions, *self.bounds)
-        elif self.composite is not None:
-            actions = [to_env_action(self.composite, a) for a in actions]
-        else:
-            actions = actions.tolist()  # Python ints, as a single environment is stepped
+        actions = self.env_actions(actions)
         ends = []
         for i, env in enumerate(self.envs):
             o, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
@@ -82,6 +78,15 @@ class GymVec:
             going[ends] = False
             final[going] = obs[going]
         return bool(ends)
+
+    def env_actions(self, actions: np.ndarray):
+        """Stored actions [E, ...] as the environments take them: a Box's clipped to its bounds, a
+        Discrete's as Python ints from its start, a composite's parts as the structure of its space."""
+        if self.bounds is not None:
+            return np.clip(actions, *self.bounds)
+        if self.composite is not None:
+            return [to_env_action(self.composite, a) for a in actions]
+        return (actions + self.start).tolist()
 
     def state_dict(self) -> list[dict]:
         """Each environment's RNG and own checkpointable state (e.g. the CartPole task's episode

@@ -303,7 +303,7 @@ def require_one_categorical(spec: NetSpec, algo: str) -> None:
     if spec.continuous or spec.factorized:
         raise ConfigError(
             f"algo.name: {algo!r} needs a Discrete action space, not {action_kind(spec)}; for Box actions use sac, "
-            "td3, ddpg, ppo, a2c, pg or trpo, for categorical parts ppo, a2c, pg or trpo"
+            "td3, ddpg, ppo, a2c, pg or trpo, for categorical parts ppo, appo, a2c, impala, pg or trpo"
         )
 
 

@@ -49,7 +49,7 @@ def check_spec(spec: NetSpec, algo: str) -> None:
     if not spec.continuous:
         raise ConfigError(
             f"algo.name: {algo!r} needs a Box action space, not {action_kind(spec)}; use dqn, ppo, a2c or a3c for "
-            "Discrete actions, ppo, a2c, pg or trpo for categorical parts"
+            "Discrete actions, ppo, appo, a2c, impala, pg or trpo for categorical parts"
         )
     if spec.encoder != "mlp" or spec.custom is not None or spec.recurrent:
         raise ConfigError(

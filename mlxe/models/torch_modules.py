@@ -226,7 +226,7 @@ class FlatActorCritic:
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
         self.spec, self.flat = spec, flat
-        self.device = torch.get_default_device()
+        self.device = torch.empty(0).device  # the device torch makes tensors on here (``with torch.device``)
         self.module = ActorCritic(spec).requires_grad_(False).eval()
         source = torch.from_numpy(flat)
         self._on_device = source if self.device.type == "cpu" else source.to(self.device)

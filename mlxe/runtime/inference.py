@@ -14,8 +14,11 @@ would have, and keeps it while an Executor plays it. Requests played with differ
 are acted on in separate calls.
 
 The policy's exploration state (RNG, schedules) is the server's: a checkpoint takes it through every
-Executor's ``state_dict`` and a resume hands it to the server when it starts. Which Executors share a batch depends on
-timing, so two runs of one seed differ (with one Executor they are the run it would play itself).
+Executor's ``state_dict`` and a resume hands it to the server when it starts (a checkpoint resumes
+only the way it was played: :func:`check_resume`). Which Executors share a batch depends on timing,
+so two runs of one seed differ (one Executor served by a server seeded as its own policy plays
+what it would play itself). A request the server cannot answer (a weights version no longer held)
+fails its Executor, which is replaced.
 
 A server that raises or dies fails every Executor's request; the coordinator then stops the run with
 :class:`~mlxe.runtime.transport.workers.WorkerFailed` naming ``policy-inference`` (its last
@@ -36,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from mlxe.config import Config
+from mlxe.config import Config, ConfigError
 from mlxe.core import Field, State, step_fields
-from mlxe.envs.shared_memory import pack, views
+from mlxe.envs.shared_memory import die_with_parent, pack, views
 from mlxe.models.actor_critic import NetSpec
 from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.threads import limit_threads
@@ -92,6 +95,19 @@ def slot_layout(cfg: Config, spec: NetSpec, initial: State) -> dict:
     return pack({name: ((E, *f.shape), np.dtype(f.dtype)) for name, f in blocks.items()})
 
 
+def check_resume(states: list | None, served: bool) -> None:
+    """A ConfigError where a checkpoint's Executors acted the other way than this run's would: a
+    served checkpoint holds one policy state (its RNG, its schedules counted over every Executor),
+    an Executors' one a state each, and neither becomes the other."""
+    marks = {isinstance(s["policy"], dict) and bool(s["policy"].get("served")) for s in states or [] if s is not None}
+    if marks and marks != {served}:
+        was = "through the policy-inference process (server)" if True in marks else "in the Executors (executors)"
+        raise ConfigError(
+            f"rollout.inference: this checkpoint's Executors acted {was}; resume with rollout.inference: "
+            f"{'server' if True in marks else 'executors'} (auto chose {'server' if served else 'executors'} here)"
+        )
+
+
 class RemotePolicy:
     """The :class:`~mlxe.core.Policy` of an Executor whose server acts for it (one request per step)."""
 
@@ -107,7 +123,9 @@ class RemotePolicy:
             self.conn.send_bytes(REQUEST.pack(kind, self.token, a, b) + payload)
             while True:
                 answer = self.conn.recv_bytes()
-                _, token, value = ANSWER.unpack_from(answer)
+                kind, token, value = ANSWER.unpack_from(answer)
+                if token == self.token and kind == b"E":
+                    raise RuntimeError(answer[ANSWER.size :].decode())
                 if token == self.token:
                     return value, answer[ANSWER.size :]
         except (EOFError, OSError):
@@ -134,7 +152,8 @@ class RemotePolicy:
         raise RuntimeError(f"an Executor acting through the {NAME} process plays the weights the server reads (play)")
 
     def state_dict(self) -> dict:
-        return pickle.loads(self._ask(b"S")[1])
+        """The server's policy state, marked ``served`` (a resume must serve again: :func:`check_resume`)."""
+        return {**pickle.loads(self._ask(b"S")[1]), "served": True}
 
     def load_state_dict(self, state: dict) -> None:
         """Nothing: the server's policy took the checkpoint's state once, when it started (an
@@ -150,6 +169,7 @@ def serve(
     ``state``: the policy's state to start from (a checkpoint's)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run through the coordinator
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    die_with_parent()  # a coordinator killed outright takes the server (and what it holds of a GPU) along
     try:
         _serve(control, conns, memories, blocks, cfg, spec, seed, weights, np.frombuffer(stats, np.int64), state)
     except BaseException:  # noqa: BLE001 - the coordinator reports it and stops the run
@@ -169,7 +189,7 @@ def _serve(control, conns, memories, blocks, cfg, spec, seed, weights: SharedWei
     with torch.device(device):  # where the acting network's parameters are made
         policy = algorithm_class(cfg).make_policy(cfg, spec, seed)
     if state is not None:
-        policy.load_state_dict(state)
+        policy.load_state_dict({k: v for k, v in state.items() if k != "served"})
     arrays = [views(m, blocks) for m in memories]
     state_keys = [name[3:] for name in blocks if name.startswith("in.")]
     record = algorithm_class(cfg).record(cfg, spec)
@@ -191,8 +211,13 @@ def _serve(control, conns, memories, blocks, cfg, spec, seed, weights: SharedWei
             elif kind == b"V":
                 version = weights.version if a < 0 else a
                 if version not in held:
-                    held[version] = np.empty(weights.size, np.float32)
-                    weights.read_into(held[version], -1, version)
+                    buffer = np.empty(weights.size, np.float32)
+                    try:
+                        weights.read_into(buffer, -1, version)
+                    except RuntimeError as e:  # that Executor fails (and is replaced), not the server
+                        conn.send_bytes(ANSWER.pack(b"E", token, 0) + str(e).encode())
+                        continue
+                    held[version] = buffer
                 playing[i] = version
                 for old in set(held) - set(playing.values()):
                     del held[old]

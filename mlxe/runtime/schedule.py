@@ -43,7 +43,7 @@ from mlxe.models.actor_critic import NetSpec
 from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.collect import Collector, Rule
 from mlxe.runtime.evaluation import evaluate_vectorized
-from mlxe.runtime.inference import InferenceServer, serves
+from mlxe.runtime.inference import NAME, InferenceServer, check_resume, serves
 from mlxe.runtime.learner import Learner, build_learner
 from mlxe.runtime.rollout import rollout_loop
 from mlxe.runtime.setup import Seeds, context, problem_spec, replacement_seed
@@ -135,7 +135,9 @@ class LocalRollouts:
         self.heartbeats = Heartbeats(n, None if threads else context(cfg))
         self._pending: dict[int, tuple] = {}  # what each Executor was asked and has not answered yet
         self.inference = None  # the policy-inference process, where it acts for the Executors
-        if not threads and serves(cfg, spec):
+        served = not threads and serves(cfg, spec)
+        check_resume(states, served)
+        if served:
             policy = next((s["policy"] for s in states or [] if s is not None), None)  # the server's, in every Executor's
             self.inference = InferenceServer(cfg, spec, n, self.weights, seeds.inference, context(cfg), policy)
         workers = [(f"executor-{i}", rollout_loop, self._arguments(i, states[i] if states else None)) for i in range(n)]
@@ -188,8 +190,8 @@ class LocalRollouts:
         try:
             reply = self.pool.recv(timeout)
         except WorkerFailed as failure:
-            if self.inference is not None:
-                self.inference.check(grace=1.0)  # Executors fail when the server is gone: its failure stops the run
+            if self.inference is not None:  # Executors fail when the server is gone: its failure stops the run
+                self.inference.check(grace=1.0 if NAME in failure.detail else 0.0)
             self._replace(self.pool.names.index(failure.name), failure)
             return None
         finally:
@@ -272,12 +274,12 @@ class LocalRollouts:
     def close(self, state: str = "finished") -> None:
         try:
             self.pool.close()
-            if self.inference is not None:
-                self.inference.close()
         except BaseException:  # a second Ctrl-C while closing: the run is aborted
             state = "failed"
             raise
         finally:  # status.json must not say "running"
+            if self.inference is not None:
+                self.inference.close()
             for e in self.executors:
                 if e.state != "failed":
                     e.state = "done"

@@ -62,7 +62,7 @@ def record_video(
             frames += 1
             while not done:
                 action, _, state = policy.act(obs if normalize_obs is None else normalize_obs(obs), state, greedy=True)
-                action = np.clip(action[0], *vec.bounds) if vec.bounds is not None else int(action[0])
+                action = vec.env_actions(action[:1])[0]
                 o, reward, terminated, truncated, _ = env.step(action)
                 writer.append_data(env.render())
                 frames, total, length, done = frames + 1, total + float(reward), length + 1, terminated or truncated

@@ -55,3 +55,15 @@ class Parts(gymnasium.Env):
         self.t += 1
         self.targets = self.np_random.integers(0, self.nvec)
         return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class Shifted(Parts):
+    """Parts with one Discrete part of actions -1, 0, 1 (a start other than 0)."""
+
+    def __init__(self) -> None:
+        super().__init__("multi_discrete")
+        self.action_space, self.nvec = spaces.Discrete(3, start=-1), [3]
+        self.observation_space = spaces.Box(0.0, 1.0, (3,), np.float32)
+
+    def indices(self, action) -> np.ndarray:
+        return np.array([action + 1])

@@ -242,9 +242,13 @@ def test_a_composite_action_is_each_parts_index_and_back(kind):
 
 
 def test_a_discrete_space_that_does_not_start_at_0_is_shifted():
-    from mlxe.envs.factory import action_nvec, env_spaces, to_env_action
+    """Its actions are stored from 0 (any algorithm of Discrete actions) and stepped from its start."""
+    from mlxe.config import EnvConfig
+    from mlxe.envs.serial import GymVec
 
-    env = gymnasium.make("CartPole-v1")
-    env.action_space = gymnasium.spaces.Discrete(3, start=-1)
-    assert env_spaces(env)[1] is env.action_space and action_nvec(env.action_space) == (3,)
-    assert [to_env_action(env.action_space, np.array([i])) for i in range(3)] == [-1, 0, 1]
+    vec = GymVec(EnvConfig(id="tests.envs.parts:Shifted"), 2, seed=0)
+    assert vec.n_actions == 3
+    assert vec.env_actions(np.array([0, 2])) == [-1, 1]
+    vec.reset()
+    vec.step(np.array([0, 2]))  # the environment asserts that its space holds the action
+    vec.close()

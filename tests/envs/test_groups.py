@@ -31,6 +31,12 @@ def test_envpool_groups_step_as_one_pool_of_their_environments():
     groups, pool = EnvGroups(CARTPOLE, 6, seed=3, groups=3, vector="envpool"), EnvPoolVec(CARTPOLE, 6, 3)
     try:
         assert_same_steps(groups, pool, steps=60)
+        state = groups.state_dict()  # each pool's seed and episodes: a resume re-makes the pools
+        assert [s["envpool_seed"] for s in state] == [3, 5, 7]
+        groups.load_state_dict(state)
+        assert groups.state_dict()[0]["episodes"] == state[0]["episodes"] and groups.reset().shape == (6, 4)
+        with pytest.raises(ValueError, match="3 groups resumes from the states of 3 pools"):
+            groups.load_state_dict(state[:2])
     finally:
         groups.close()
         pool.close()

@@ -17,7 +17,7 @@ from mlxe.loading import load_config
 from mlxe.models.actor_critic import flat_weights
 from mlxe.models.network import build_torch
 from mlxe.policies.manager import algorithm_class
-from mlxe.runtime.inference import REQUEST, InferenceServer, RemotePolicy, serves
+from mlxe.runtime.inference import ANSWER, REQUEST, InferenceServer, RemotePolicy, serves
 from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.setup import context, problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
@@ -75,7 +75,7 @@ def test_an_executor_served_plays_what_it_would_play_itself(tmp_path, one_thread
                 for k in x or {}:
                     np.testing.assert_allclose(x[k], y[k], rtol=1e-6, atol=1e-6)
         assert server.batch() == 1.0
-        assert remote.policy.state_dict().keys() == alone.policy.state_dict().keys()
+        assert remote.policy.state_dict().keys() == alone.policy.state_dict().keys() | {"served"}
         if name == "dqn":  # the epsilon schedule counted the same env steps
             assert remote.policy.state_dict()["steps"] == alone.policy.state_dict()["steps"] == 2 * 24 * 3
     finally:
@@ -92,26 +92,22 @@ def test_requests_in_together_are_acted_on_in_one_call(tmp_path, one_thread):
     rng = np.random.default_rng(0)
     obs = [rng.integers(0, 255, (3, *spec.obs_shape), dtype=np.uint8) for _ in clients]
     try:
-        for c in clients:
+        for c, o in zip(clients, obs):
             c.play(None)
+            c.arrays["obs"][:3] = o  # what act() writes before it asks
         os.kill(server.process.pid, signal.SIGSTOP)  # both requests are in before it reads either
-        answers = []
-        threads = [threading.Thread(target=lambda c=c, o=o: answers.append((c, c.act(o, None)))) for c, o in zip(clients, obs)]
-        for t in threads:
-            t.start()
-        time.sleep(0.5)
+        for c in clients:
+            c.conn.send_bytes(REQUEST.pack(b"A", c.token, 3, 0))
         os.kill(server.process.pid, signal.SIGCONT)
-        for t in threads:
-            t.join(30)
+        for c in clients:
+            assert ANSWER.unpack_from(c.conn.recv_bytes())[1] == c.token
         assert server.batch() == 2.0
         local = algorithm_class(cfg).make_policy(cfg, spec, int(np.random.SeedSequence(0).generate_state(2)[1]))
         local.load(weights.read()[0])
         actions, extras, _ = local.act(np.concatenate(obs), None)
-        got = dict((id(c), a) for c, a in answers)
         for i, c in enumerate(clients):
-            action, fields, _ = got[id(c)]
-            np.testing.assert_array_equal(action, actions[3 * i : 3 * i + 3])
-            np.testing.assert_allclose(fields["value"], extras["value"][3 * i : 3 * i + 3], rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(c.arrays["action"][:3], actions[3 * i : 3 * i + 3])
+            np.testing.assert_allclose(c.arrays["value"][:3], extras["value"][3 * i : 3 * i + 3], rtol=1e-6, atol=1e-6)
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
         server.close()
@@ -125,6 +121,8 @@ def test_a_replacement_skips_the_answers_meant_for_the_executor_it_replaces(tmp_
     record = algorithm_class(cfg).record(cfg, spec)
     dead, replacement = (RemotePolicy(server.slots[0], record) for _ in range(2))
     try:
+        with pytest.raises(RuntimeError, match="weights version 7 is not held"):  # that Executor fails, not the server
+            dead.play(7)
         dead.play(None)
         dead.conn.send_bytes(REQUEST.pack(b"A", dead.token, 3, 0))  # asked, then died before the answer
         assert replacement.play(None) == 1
@@ -166,6 +164,8 @@ def test_a_dead_server_stops_the_run_naming_it_and_its_checkpoint_resumes_the_se
     header, *rows = (resumed.run_dir / "metrics.csv").read_text().splitlines()
     column = header.split(",").index("inference_batch")
     assert all(1.0 <= float(r.split(",")[column]) <= 2.0 for r in rows)
+    with pytest.raises(ConfigError, match=r"rollout.inference: this checkpoint's Executors acted through the policy-"):
+        mlxe.train(overrides=["rollout.inference=executors", "stop.max_env_steps=2400"], resume=run_dir)
 
 
 @pytest.mark.parametrize(("overrides", "match"), [

@@ -110,11 +110,11 @@ def off_policy_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
 
 
 def scaling_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
-    """PPO's whole-loop env steps/s on Pong with 1 to 16 Executors (``rollout.inference: auto``), the
-    efficiency against linear, and at the largest count each way of acting (Executors, the server)."""
+    """PPO's whole-loop env steps/s on Pong with 1 to 16 Executors, each acting on its own core, the
+    efficiency against linear, and at the largest count the same with one policy-inference process."""
     counts = [1, 2] if tiny else [n for n in (1, 2, 4, 8, 16) if n <= len(os.sched_getaffinity(0))]
     envs, steps = (2, 16) if tiny else (8, 128)
-    share = budget / (len(counts) + 2)
+    share = budget / (len(counts) + 1)
 
     def run(n: int, inference: str) -> Path:
         return train_for(PONG, out, [
@@ -123,9 +123,9 @@ def scaling_phase(device: str, budget: float, tiny: bool, out: Path) -> dict:
             "stop.eval_return=null", "torch_threads=1", f"rollout.inference={inference}",
             f"name=frontier-scaling-{n}-{inference}"])
 
-    rates = {n: rate_from(run(n, "auto"))["steps_per_s"] for n in counts}
+    rates = {n: rate_from(run(n, "executors"))["steps_per_s"] for n in counts}
     n = counts[-1]
-    inference = {mode: rate_from(run(n, mode))["steps_per_s"] for mode in ("executors", "server")}
+    inference = {"executors": rates[n], "server": rate_from(run(n, "server"))["steps_per_s"]}
     return {"steps_per_s": rates, "efficiency": {n: rates[n] / (n * rates[counts[0]]) for n in counts},
             "inference": {"count": n, **inference}}
 
