@@ -21,6 +21,11 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
 
 Dueling: the actor-critic MLP's policy head is the advantage stream A(s, .) and its value head
 V(s): Q = V + A - mean_a A. Without it Q is the policy head's output (the value head is unused).
+
+Categorical parts (MultiDiscrete, MultiBinary, a Tuple or Dict of them): action branching (BDQ,
+Tavakoli et al., 2018): the head holds one branch of Q_d(s, .) per part (dueling: V + A_d - mean A_d),
+each part is chosen by its own argmax (and explores on its own), and every branch's Q_d(s, a_d) is
+regressed on one target whose bootstrap is the mean over the branches of Q_d(s', a*_d).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
 from mlxe.models.network import acting_network
+from mlxe.ops.distributions import MultiCategorical
 from mlxe.ops.sampling import sample_categorical
 
 
@@ -101,7 +107,9 @@ def epsilon(algo: Config, env_steps: float) -> float:
 
 
 def require_discrete(spec: NetSpec) -> None:
-    require_one_categorical(spec, "dqn")
+    """DQN's Q head reads one Discrete space, or categorical parts as branches; not a Box."""
+    if spec.continuous:
+        require_one_categorical(spec, "dqn")
 
 
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -129,25 +137,33 @@ class QPolicy:
     def load(self, weights: np.ndarray) -> None:
         self.net.load(weights)
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q(obs, .) [B, A] float32."""
+    def branches(self, obs: np.ndarray) -> list[np.ndarray]:
+        """Each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space)."""
         head, value = self.net(obs)
-        return dueling_numpy(head, value) if self.algo.dueling else head
+        nvec = self.net.spec.action_nvec or (head.shape[1],)
+        parts = np.split(head, np.cumsum(nvec)[:-1], axis=1)
+        return [dueling_numpy(a, value) if self.algo.dueling else a for a in parts]
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q(obs, .) [B, A] float32 of a Discrete space (its one branch)."""
+        return self.branches(obs)[0]
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False):
-        """``obs`` [E, d] -> (actions [E] int64, {}, None)."""
-        q = self.q_values(obs)
-        best = np.argmax(q, axis=1)
-        if greedy:
-            return best, {}, None
-        eps = epsilon(self.algo, self.steps * self.executors)
-        self.steps += len(obs)
-        explore = self.rng.random(len(obs)) < eps
-        if self.algo.exploration == "epsilon_greedy":
-            other = self.rng.integers(q.shape[1], size=len(obs))
-            return np.where(explore, other, best), {}, None
-        sampled, _ = sample_categorical(q, self.rng)  # reversed: greedy while eps is high, softmax(Q) later
-        return np.where(explore, best, sampled), {}, None
+        """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, {}, None); each branch explores
+        on its own."""
+        branches = self.branches(obs)
+        best = np.stack([np.argmax(q, axis=1) for q in branches], axis=1)
+        if not greedy:
+            eps = epsilon(self.algo, self.steps * self.executors)
+            self.steps += len(obs)
+            explore = self.rng.random(best.shape) < eps
+            if self.algo.exploration == "epsilon_greedy":
+                other = np.stack([self.rng.integers(q.shape[1], size=len(obs)) for q in branches], axis=1)
+                best = np.where(explore, other, best)
+            else:  # reversed: greedy while eps is high, softmax(Q) later
+                sampled = np.stack([sample_categorical(q, self.rng)[0] for q in branches], axis=1)
+                best = np.where(explore, best, sampled)
+        return (best if self.net.spec.factorized else best[:, 0]), {}, None
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "steps": self.steps}
@@ -222,30 +238,43 @@ class DQN(Algorithm):
 
     # -- loss -------------------------------------------------------------------------------------
     def q_values(self, model, obs):
-        """Q(obs, .) [B, A] of ``model`` (online or target), as tensors."""
+        """Q(obs, .) [B, A] of ``model`` (online or target) for a Discrete space, as a tensor (its one branch)."""
+        return self.branches(model, obs)[0]
+
+    def branches(self, model, obs):
+        """Each branch's Q(obs, .) [B, n_d] of ``model`` (online or target), as tensors: one branch of
+        all actions for a Discrete space."""
         head, value = model(obs)
-        return value[:, None] + head - head.mean(dim=1, keepdim=True) if self.algo.dueling else head
+        if isinstance(head, MultiCategorical):
+            head = head.logits
+        parts = head.split(list(self.spec.action_nvec), dim=1) if self.spec.factorized else (head,)
+        return [value[:, None] + a - a.mean(dim=1, keepdim=True) if self.algo.dueling else a for a in parts]
 
     def loss(self, batch: dict):
         """Huber loss of Q(s, a) against the (double) n-step target, weighted by ``weight`` if given;
-        returns (loss, TD errors [B], mean Q(s, a))."""
+        returns (loss, TD errors [B], mean Q(s, a)). With branches, each branch's Q_d(s, a_d) is
+        regressed on one target whose bootstrap is the mean over the branches (BDQ's)."""
         import torch
         import torch.nn.functional as F
 
         obs, next_obs = batch["obs"], batch["next_obs"]
+        action = batch["action"] if self.spec.factorized else batch["action"][:, None]  # [B, K]
         if self.algo.double:  # one forward pass for Q(s) and the online network's Q(s') (less per-call overhead)
-            q_both = self.q_values(self.main, torch.cat([obs, next_obs]))
-            q, q_next_online = q_both[: len(obs)], q_both[len(obs) :].detach()
+            both = self.branches(self.main, torch.cat([obs, next_obs]))
+            q, q_next_online = [b[: len(obs)] for b in both], [b[len(obs) :].detach() for b in both]
         else:
-            q = self.q_values(self.main, obs)
-        q = q.gather(1, batch["action"][:, None]).squeeze(1)
+            q = self.branches(self.main, obs)
+        q = torch.stack([b.gather(1, action[:, d, None]).squeeze(1) for d, b in enumerate(q)], dim=1)  # [B, K]
         with torch.no_grad():
-            q_next = self.q_values(self.target, next_obs)
+            q_next = self.branches(self.target, next_obs)
             # double: the online network picks the action, the target evaluates it
-            best = (q_next_online if self.algo.double else q_next).argmax(dim=1, keepdim=True)
-            y = batch["ret"] + batch["discount"] * q_next.gather(1, best).squeeze(1)
-        td = y - q
-        per_sample = F.smooth_l1_loss(q, y, reduction="none")
+            pickers = q_next_online if self.algo.double else q_next
+            bootstrap = torch.stack(
+                [t.gather(1, p.argmax(dim=1, keepdim=True)).squeeze(1) for t, p in zip(q_next, pickers)], dim=1
+            ).mean(dim=1)
+            y = batch["ret"] + batch["discount"] * bootstrap
+        td = (y[:, None] - q).abs().mean(dim=1) if self.spec.factorized else y - q[:, 0]  # branches: the mean |TD|
+        per_sample = F.smooth_l1_loss(q, y[:, None].expand_as(q), reduction="none").mean(dim=1)
         if "weight" in batch:
             per_sample = per_sample * batch["weight"]
         return per_sample.mean(), td.detach(), q.detach().mean()

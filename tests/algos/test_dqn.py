@@ -141,6 +141,38 @@ def test_target_by_hand(double):
     assert loss.item() == pytest.approx(torch.nn.functional.smooth_l1_loss(q_a, y).item(), rel=1e-5)
 
 
+def test_branches_of_categorical_parts_by_hand():
+    """Parts of [2, 3] actions: Q_d(s, a_d) of each branch (dueling per branch) regressed on one target
+    whose bootstrap is the mean over the branches of Q_d^target(s', argmax of the online Q_d(s', .))."""
+    spec = NetSpec(obs_shape=3, n_actions=5, trunk=(16,), policy_head=(), value_head=(), action_nvec=(2, 3))
+    learner = pair(DQN, cfg("algo.double=true"), spec, 0)
+    with torch.no_grad():
+        for p in learner.target.parameters():
+            p.add_(0.3)
+    rng = np.random.default_rng(1)
+    batch = {"obs": torch.randn(6, 3), "action": torch.as_tensor(np.stack([rng.integers(0, 2, 6), rng.integers(0, 3, 6)], 1)),
+             "ret": torch.randn(6), "next_obs": torch.randn(6, 3), "discount": torch.tensor([0.9, 0, 0.9, 0.81, 0.9, 0])}
+    loss, td, _ = learner.loss(batch)
+
+    def branch_q(model, obs):
+        with torch.no_grad():
+            head, value = model(obs)
+        return [value[:, None] + a - a.mean(1, keepdim=True) for a in head.logits.split([2, 3], dim=1)]
+
+    q = branch_q(learner.main, batch["obs"])
+    online, target = branch_q(learner.main, batch["next_obs"]), branch_q(learner.target, batch["next_obs"])
+    bootstrap = sum(t[torch.arange(6), o.argmax(1)] for o, t in zip(online, target)) / 2
+    y = batch["ret"] + batch["discount"] * bootstrap
+    q_a = torch.stack([q[d][torch.arange(6), batch["action"][:, d]] for d in range(2)], 1)
+    huber = torch.nn.functional.smooth_l1_loss(q_a, y[:, None].expand(6, 2), reduction="none").mean(1)
+    assert loss.item() == pytest.approx(huber.mean().item(), rel=1e-5)
+    np.testing.assert_allclose(td.numpy(), (y[:, None] - q_a).abs().mean(1).numpy(), rtol=1e-5, atol=1e-6)
+    policy = QPolicy(spec, cfg("algo.epsilon_start=0", "algo.epsilon_end=0").algo, seed=0)
+    policy.load(learner.weights())
+    actions, _, _ = policy.act(batch["obs"].numpy(), None)
+    assert actions.shape == (6, 2) and (actions == np.stack([b.argmax(1).numpy() for b in q], 1)).all()
+
+
 def test_importance_weights_scale_each_sample():
     learner = pair(DQN, cfg(), SPEC, 0)
     batch = {"obs": torch.randn(4, 3), "action": torch.tensor([0, 1, 0, 1]), "ret": torch.randn(4),
