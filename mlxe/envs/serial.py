@@ -86,7 +86,7 @@ class GymVec:
             return np.clip(actions, *self.bounds)
         if self.composite is not None:
             return [to_env_action(self.composite, a) for a in actions]
-        return (actions + self.start).tolist()
+        return (actions + self.start).tolist() if self.start else actions.tolist()
 
     def state_dict(self) -> list[dict]:
         """Each environment's RNG and own checkpointable state (e.g. the CartPole task's episode

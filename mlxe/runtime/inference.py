@@ -104,7 +104,7 @@ def check_resume(states: list | None, served: bool) -> None:
         was = "through the policy-inference process (server)" if True in marks else "in the Executors (executors)"
         raise ConfigError(
             f"rollout.inference: this checkpoint's Executors acted {was}; resume with rollout.inference: "
-            f"{'server' if True in marks else 'executors'} (auto chose {'server' if served else 'executors'} here)"
+            f"{'server' if True in marks else 'executors'} (this run's would act {'served' if served else 'in the Executors'})"
         )
 
 
@@ -123,8 +123,8 @@ class RemotePolicy:
             self.conn.send_bytes(REQUEST.pack(kind, self.token, a, b) + payload)
             while True:
                 answer = self.conn.recv_bytes()
-                kind, token, value = ANSWER.unpack_from(answer)
-                if token == self.token and kind == b"E":
+                answered, token, value = ANSWER.unpack_from(answer)
+                if token == self.token and answered == b"E":
                     raise RuntimeError(answer[ANSWER.size :].decode())
                 if token == self.token:
                     return value, answer[ANSWER.size :]
