@@ -179,6 +179,10 @@ class EnvConfig:
     vector: Literal["auto", "serial", "numpy", "shm", "envpool", "ocean"] = "auto"
     # shm: worker processes per Executor; null: the cores available divided among the Executors
     vector_workers: int | None = None
+    # action masks (mlxe.envs.masks): null: used where the environment supplies one (info["action_mask"],
+    # or an "action_mask" entry of a Dict observation, as PettingZoo's classic games); true: required;
+    # false: ignored (a Dict observation's mask entry is then observed as any other entry)
+    action_mask: bool | None = None
 
     @property
     def plain_cartpole(self) -> bool:

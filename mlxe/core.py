@@ -58,10 +58,12 @@ class Policy(Protocol):
         """The recurrent state of ``n_envs`` fresh episodes (None: a feed-forward policy)."""
 
     def act(
-        self, obs: np.ndarray, state: State, greedy: bool = False
+        self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
-        """``obs`` [E, *obs] -> (actions [E] int64 or [E, A] float32, the recorded fields {name: [E, ...]}
-        as the algorithm declares them, the next state). ``greedy``: no exploration (evaluation)."""
+        """``obs`` [E, *obs] -> (actions [E] int64, [E, A] float32 or [E, K] int64, the recorded fields
+        {name: [E, ...]} as the algorithm declares them, the next state). ``greedy``: no exploration
+        (evaluation). ``mask`` [E, n_actions] bool: the legal actions (where the environment supplies
+        masks; :mod:`mlxe.envs.masks`), none other may be chosen."""
 
     def load(self, weights: np.ndarray) -> None:
         """Act from now on with ``weights`` [P] float32, as the Algorithm's ``weights()`` gives them."""
@@ -75,15 +77,19 @@ class Policy(Protocol):
 
 def step_fields(spec: NetSpec) -> dict[str, Field]:
     """What every segment records, whatever the algorithm: obs (as stored: see
-    :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated."""
+    :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated, and where
+    the environment supplies masks, ``action_mask`` (the legal actions of ``obs``)."""
     action = Field(spec.action_shape(), "float32" if spec.continuous else "int64")
-    return {
+    fields = {
         "obs": Field(spec.obs_shape, spec.obs_dtype),
         "action": action,
         "reward": Field(),
         "terminated": Field((), "bool"),
         "truncated": Field((), "bool"),
     }
+    if spec.action_mask:
+        fields["action_mask"] = Field((spec.n_actions,), "bool")
+    return fields
 
 
 @dataclass
@@ -103,6 +109,10 @@ class Segment:
     environments were reset before this segment (its first since it was started, resumed or
     replaced), so no episode continues from its previous segment.
 
+    Where the environment supplies action masks, ``steps["action_mask"]`` holds each step's legal
+    actions, ``next_mask`` [E, n] those of ``next_obs`` and ``final_mask`` [K, n] those of the final
+    observations (None without masks).
+
     ``version`` numbers the weights the Learner published since the run (re)started: 1 for the
     weights published first, then one more after every :meth:`Algorithm.learn`. T may be shorter
     than ``rollout.steps`` when the algorithm's iteration is an episode (the segment then ends where
@@ -120,6 +130,8 @@ class Segment:
     restarted: bool = False
     next_state: State = None
     final_state: State = None
+    next_mask: np.ndarray | None = None
+    final_mask: np.ndarray | None = None
 
     def __len__(self) -> int:
         """Env steps in the segment (T x E)."""
@@ -132,6 +144,14 @@ class Segment:
         obs = self.steps["obs"]
         nxt = np.concatenate([obs[1:], self.next_obs[None]], axis=0)
         nxt[self.final_t, self.final_env] = self.final_obs
+        return nxt
+
+    def next_masks(self) -> np.ndarray:
+        """The legal actions of s_{t+1} for every step [T, E, n] (as :meth:`next_observations`; the
+        segment must have masks)."""
+        mask = self.steps["action_mask"]
+        nxt = np.concatenate([mask[1:], self.next_mask[None]], axis=0)
+        nxt[self.final_t, self.final_env] = self.final_mask
         return nxt
 
 
@@ -268,6 +288,10 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` onto this algorithm's device."""
+
+    # Whether the algorithm acts and learns with the action masks an environment supplies
+    # (mlxe.envs.masks): its policy's ``act`` takes ``mask`` and its losses read ``action_mask``.
+    action_masks: ClassVar[bool] = False
 
     # Whether the Memorizer may be split in replay shards (``learner.replay_shards`` > 1, Ape-X): a
     # replay of single transitions whose batches need no row of another shard.

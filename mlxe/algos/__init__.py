@@ -82,7 +82,7 @@ def check(cfg: Config) -> None:
         raise ConfigError(
             f"rollout.env_groups: {cfg.rollout.env_groups} is not allowed with algo.name {cfg.algo.name!r} (its segments "
             f"end where an episode ends, which groups played out of turn cannot do); expected "
-            f"{_able(lambda c: c.iteration != 'episode')}"
+            f"{able(lambda c: c.iteration != 'episode')}"
         )
     for name, default in (("memory", MemoryConfig()), ("icm", CuriosityConfig())):
         if name in cfg.algo.sections:
@@ -99,18 +99,18 @@ def check(cfg: Config) -> None:
         what = "a multi-agent run (env.api 'pettingzoo')" if multi_agent else f"algo.name {cfg.algo.name!r}"
         raise ConfigError(
             f"learner.gradient_workers: {k} is not allowed with {what}: it has no data-parallel mode; "
-            f"expected 1, or algo.name {_able(data_parallel)}"
+            f"expected 1, or algo.name {able(data_parallel)}"
         )
     shards = cfg.learner.replay_shards
     if shards > 1 and not own.sharded_replay:
         raise ConfigError(
             f"learner.replay_shards: {shards} is not allowed with algo.name {cfg.algo.name!r} (its Memorizer is not "
-            f"a replay of single transitions to split); expected 1, or algo.name {_able(lambda a: a.sharded_replay)}"
+            f"a replay of single transitions to split); expected 1, or algo.name {able(lambda a: a.sharded_replay)}"
         )
     if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not issubclass(own, Gradients):
         raise ConfigError(
             f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no gradient to "
-            f"send to a parameter server); expected algo.name {_able(lambda a: issubclass(a, Gradients))}, or "
+            f"send to a parameter server); expected algo.name {able(lambda a: issubclass(a, Gradients))}, or "
             "ray.mode 'sync' or 'async_experience'"
         )
 
@@ -123,7 +123,8 @@ def data_parallel(cls: type[Algorithm]) -> bool:
     return issubclass(cls, OnPolicy) and issubclass(cls, Gradients)
 
 
-def _able(capable) -> str:
+def able(capable) -> str:
+    """The algorithms whose class passes ``capable``, as a phrase ("'ppo' or 'dqn'")."""
     return " or ".join(repr(n) for n in ALGORITHMS if capable(algorithm(n)))
 
 
@@ -132,5 +133,5 @@ def check_policy(name: str, cfg: Config) -> None:
     if algorithm(cfg.algo.name).iteration == "episode":
         raise ConfigError(
             f"policies.{name}.algo.name: {cfg.algo.name!r} learns from whole episodes; the policies of a "
-            f"multi-agent run learn from segments ({_able(lambda c: c.iteration != 'episode')})"
+            f"multi-agent run learn from segments ({able(lambda c: c.iteration != 'episode')})"
         )

@@ -26,6 +26,9 @@ Categorical parts (MultiDiscrete, MultiBinary, a Tuple or Dict of them): action 
 Tavakoli et al., 2018): the head holds one branch of Q_d(s, .) per part (dueling: V + A_d - mean A_d),
 each part is chosen by its own argmax (and explores on its own), and every branch's Q_d(s, a_d) is
 regressed on one target whose bootstrap is the mean over the branches of Q_d(s', a*_d).
+
+Action masks (:mod:`mlxe.envs.masks`): the greedy action and the exploring one are drawn among the
+legal actions only, and the target's a* = argmax over the legal actions of s' (the replay keeps them).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
 from mlxe.models.network import acting_network
-from mlxe.ops.distributions import MultiCategorical
-from mlxe.ops.sampling import sample_categorical
+from mlxe.ops.distributions import MultiCategorical, masked
+from mlxe.ops.sampling import mask_logits, sample_categorical
 
 
 @dataclass
@@ -148,16 +151,22 @@ class QPolicy:
         """Q(obs, .) [B, A] float32 of a Discrete space (its one branch)."""
         return self.branches(obs)[0]
 
-    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, {}, None); each branch explores
-        on its own."""
+        on its own; ``mask`` [E, A]: the legal actions (no other is chosen, greedy or exploring)."""
         branches = self.branches(obs)
+        legal = None if mask is None else np.split(mask, np.cumsum([q.shape[1] for q in branches])[:-1], axis=1)
+        if legal is not None:
+            branches = [mask_logits(q, m) for q, m in zip(branches, legal)]
         best = np.stack([np.argmax(q, axis=1) for q in branches], axis=1)
         if not greedy:
             eps = epsilon(self.algo, self.steps * self.executors)
             self.steps += len(obs)
             explore = self.rng.random(best.shape) < eps
-            if self.algo.exploration == "epsilon_greedy":
+            if self.algo.exploration == "epsilon_greedy" and legal is not None:  # uniform among the legal actions
+                other = np.stack([np.argmax(np.where(m, self.rng.random(m.shape), -1.0), axis=1) for m in legal], axis=1)
+                best = np.where(explore, other, best)
+            elif self.algo.exploration == "epsilon_greedy":
                 other = np.stack([self.rng.integers(q.shape[1], size=len(obs)) for q in branches], axis=1)
                 best = np.where(explore, other, best)
             else:  # reversed: greedy while eps is high, softmax(Q) later
@@ -198,6 +207,7 @@ class DQN(Algorithm):
 
     Config = Config
     sharded_replay = True  # Ape-X's replay shards
+    action_masks = True
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
@@ -269,6 +279,9 @@ class DQN(Algorithm):
             q_next = self.branches(self.target, next_obs)
             # double: the online network picks the action, the target evaluates it
             pickers = q_next_online if self.algo.double else q_next
+            if "next_mask" in batch:  # a* among the legal actions of s'
+                legal = batch["next_mask"].split([p.shape[1] for p in pickers], dim=1)
+                pickers = [masked(p, m) for p, m in zip(pickers, legal)]
             bootstrap = torch.stack(
                 [t.gather(1, p.argmax(dim=1, keepdim=True)).squeeze(1) for t, p in zip(q_next, pickers)], dim=1
             ).mean(dim=1)

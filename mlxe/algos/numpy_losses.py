@@ -152,7 +152,7 @@ class NumpyBackprop:
         assert flat.grad is not None and flat.grad.data_ptr() == grad.ctypes.data, "flat gradient replaced"
         grad.fill(0.0)
         head, value, cache = self.net.forward(mb["obs"])
-        logp, entropy, policy_vjp = self.net.log_prob_entropy(head, mb["action"])
+        logp, entropy, policy_vjp = self.net.log_prob_entropy(head, mb["action"], mb.get("action_mask"))
         terms, d_logp, d_entropy, d_value = self.loss_grad(self.algo, logp, entropy, value, mb, progress)
         self.net.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
         return terms
@@ -189,7 +189,7 @@ class NumpyBackprop:
         flat = algo.flat.detach().numpy().astype(np.float64)
         numpy = Backprop(algo.spec, flat, np.zeros_like(flat))
         head, value, cache = numpy.forward(mb["obs"])
-        logp, entropy, policy_vjp = numpy.log_prob_entropy(head, mb["action"])
+        logp, entropy, policy_vjp = numpy.log_prob_entropy(head, mb["action"], mb.get("action_mask"))
         terms, d_logp, d_entropy, d_value = self.loss_grad(algo, logp, entropy, value, mb, progress)
         numpy.backward(cache, policy_vjp(d_logp, d_entropy), d_value)
 

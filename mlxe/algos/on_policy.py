@@ -41,9 +41,9 @@ from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
 from mlxe.models.actor_critic import NetSpec, share_flat
 from mlxe.models.network import acting_network
-from mlxe.ops.distributions import map_policy
+from mlxe.ops.distributions import map_policy, masked
 from mlxe.ops.returns import gae
-from mlxe.ops.sampling import gaussian_log_prob, log_softmax, sample_categorical, sample_multi_categorical
+from mlxe.ops.sampling import gaussian_log_prob, log_softmax, mask_logits, sample_categorical, sample_multi_categorical
 
 
 @dataclass
@@ -112,13 +112,15 @@ class ActorCriticPolicy:
     def load(self, weights: np.ndarray) -> None:
         self.net.load(weights)
 
-    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         """``obs`` [E, *obs] -> (actions [E] int64, [E, A] float32 or [E, K] int64 (factorized), {logp,
-        value} [E], the next state)."""
+        value} [E], the next state); ``mask`` [E, A]: the legal actions (logits masked)."""
         if state is not None:
             policy, values, state = self.net.step(obs, state)
         else:
             policy, values = self.net(obs)
+        if mask is not None:
+            policy = mask_logits(policy, mask)
         if self.continuous:
             mean, std = policy
             noise = np.zeros_like(mean) if greedy else self.rng.standard_normal(mean.shape, dtype=np.float32)
@@ -285,6 +287,8 @@ class OnPolicy(Algorithm):
     ``prepare``, ``targets``).
     """
 
+    action_masks = True  # acting and evaluate() mask the logits
+
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
         return {"logp": Field(), "value": Field()}
@@ -365,7 +369,8 @@ class OnPolicy(Algorithm):
         """obs, action, logp, value and ``targets`` ([T, E] each): flattened to rows [T*E] for a
         feed-forward network; for a recurrent one kept as E sequences [T, E, ...], with the states
         they start from (``state.<name>`` [E, ...]) and the steps where episodes begin (``resets``)."""
-        data = {k: segment.steps[k] for k in ("obs", "action", "logp", "value")} | targets
+        data = {k: segment.steps[k] for k in ("obs", "action", "logp", "value", "action_mask") if k in segment.steps}
+        data |= targets
         if self.curiosity is not None:  # what the curiosity module trains on
             data["next_obs"] = segment.next_observations()
         if segment.state is None:
@@ -388,7 +393,13 @@ class OnPolicy(Algorithm):
     def evaluate(self, mb: dict):
         """(policy, value [N]) of a minibatch's N rows: one forward pass of a feed-forward network, or
         a recurrent one run over the minibatch's sequences [T, S] from their stored states (rows in
-        time-major order, as :meth:`take` flattens the other fields)."""
+        time-major order, as :meth:`take` flattens the other fields); the policy's logits masked
+        where the minibatch has action masks."""
+        policy, value = self.forward(mb)
+        return masked(policy, mb.get("action_mask")), value
+
+    def forward(self, mb: dict):
+        """(policy, value [N]) of :meth:`evaluate` before the masks."""
         if not self.spec.recurrent:
             return self.main(mb["obs"])
         import torch

@@ -26,7 +26,7 @@ import numpy as np
 
 from mlxe.algos.on_policy import OnPolicy
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
-from mlxe.ops.distributions import kl_divergence, log_prob_entropy
+from mlxe.ops.distributions import kl_divergence, log_prob_entropy, masked
 
 
 @dataclass
@@ -139,11 +139,12 @@ class TRPO(OnPolicy):
         adv = b["advantage"]
         if a.normalize_advantages and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        mask = b.get("action_mask")
         with torch.no_grad():
-            old = self.main(b["obs"])[0]  # pi_old: the policy before this step
+            old = masked(self.main(b["obs"])[0], mask)  # pi_old: the policy before this step
 
         def surrogate_and_kl():
-            policy = self.main(b["obs"])[0]
+            policy = masked(self.main(b["obs"])[0], mask)
             logp, entropy = log_prob_entropy(policy, b["action"])
             surrogate = (torch.exp(logp - b["logp"]) * adv).mean()
             return surrogate, kl_divergence(old, policy).mean(), entropy.mean()

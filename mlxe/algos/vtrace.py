@@ -18,7 +18,7 @@ import numpy as np
 from mlxe.algos.on_policy import episode_starts, flatten, next_values
 from mlxe.config import ConfigError
 from mlxe.core import Segment
-from mlxe.ops.distributions import log_prob_entropy, map_policy
+from mlxe.ops.distributions import log_prob_entropy, map_policy, masked
 from mlxe.ops.returns import vtrace_segments
 
 
@@ -67,5 +67,7 @@ class VTraceTargets:
                 policy, value, _ = self.main.sequence(obs, state, resets)
                 policy = map_policy(flatten, policy)
                 value = flatten(value)
+            if "action_mask" in s:
+                policy = masked(policy, torch.as_tensor(flatten(s["action_mask"]), device=self.device))
             logp, _ = log_prob_entropy(policy, torch.as_tensor(flatten(s["action"]), device=self.device))
         return logp.reshape(T, E).cpu().numpy(), value.reshape(T, E).cpu().numpy()

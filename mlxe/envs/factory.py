@@ -14,7 +14,7 @@ from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
 from mlxe.config import ConfigError, EnvConfig
-from mlxe.envs import ocean, pomdp
+from mlxe.envs import masks, ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
 __all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action", "action_layout", "observation_layout",
@@ -351,10 +351,13 @@ def make_env_from_config(e: EnvConfig, *, training: bool = True):
             "shaped_reward": e.task.shaped_reward,
             "failure_reward": e.task.failure_reward,
         }
-    return make_env(
+    env = make_env(
         e.id, kwargs=e.kwargs, max_episode_steps=e.max_episode_steps, task=task, atari=e.atari,
         frame_stack=e.frame_stack, wrappers=e.wrappers,
     )
+    if e.action_mask is not False and masks.mask_in_observation(env.observation_space):
+        env = masks.MaskFromObservation(env)
+    return env
 
 
 def pettingzoo_factory(env) -> functools.partial:

@@ -53,18 +53,32 @@ class EnvGroups:
         first = self.parts[0]
         self.num_envs, self.observation_space, self.n_actions = num_envs, first.observation_space, first.n_actions
         self.obs_shape, self.obs_dtype = first.obs_shape, first.obs_dtype
+        # the groups' action masks, each group's rows copied in as its step ends (None: no masks)
+        self.action_mask = self.final_action_mask = None
+        if getattr(first, "action_mask", None) is not None:
+            self.action_mask, self.final_action_mask = np.ones((2, num_envs, first.mask_width), bool)
 
     def reset(self, seeded: bool = True) -> np.ndarray:
         """First observations [E, *obs] (a new array)."""
-        return np.concatenate([part.reset(seeded) for part in self.parts])
+        obs = np.concatenate([part.reset(seeded) for part in self.parts])
+        if self.action_mask is not None:
+            self.action_mask[:] = np.concatenate([part.action_mask for part in self.parts])
+        return obs
 
     def step_async(self, group: int, actions: np.ndarray) -> None:
         """Start stepping group ``group`` with ``actions`` [E/G, ...]."""
         self.parts[group].step_async(actions)
 
     def step_wait(self, group: int):
-        """The results of group ``group``'s step, as its vector env's ``step`` returns them."""
-        return self.parts[group].step_wait()
+        """The results of group ``group``'s step, as its vector env's ``step`` returns them (its rows of
+        ``action_mask`` and, where an episode ended, ``final_action_mask`` written)."""
+        results = self.parts[group].step_wait()
+        if self.action_mask is not None:
+            part, rows = self.parts[group], self.rows[group]
+            self.action_mask[rows] = part.action_mask
+            if results[4] is not None:
+                self.final_action_mask[rows] = part.final_action_mask
+        return results
 
     def first_ready(self, pending: list[int]) -> int:
         """The first of the groups ``pending`` (stepping) whose every worker has answered, waiting

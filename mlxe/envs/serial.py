@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from mlxe.config import EnvConfig
+from mlxe.envs import masks
 from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout, to_env_action
 
 
@@ -18,9 +19,15 @@ class GymVec:
     Discrete space, or the space itself (a Box, or a composite of categorical parts). Box actions are
     clipped to the bounds here, so a policy may act (and store) unbounded samples, e.g. of a
     Gaussian; a composite's parts [E, K] become the structure its environments take.
+
+    Where the environments supply action masks (:mod:`mlxe.envs.masks`; ``masked`` None: reset the
+    first once to see, leaving it as it was), ``action_mask`` [E, n] holds the legal actions of the
+    observations last returned and, after a step that ended an episode, ``final_action_mask`` [E, n]
+    those of the final observations (the rows of the others equal ``action_mask``); both None without.
     """
 
-    def __init__(self, env: EnvConfig, num_envs: int, seed: int, training: bool = True) -> None:
+    def __init__(self, env: EnvConfig, num_envs: int, seed: int, training: bool = True,
+                 masked: bool | None = None) -> None:
         self.envs = [make_env_from_config(env, training=training) for _ in range(num_envs)]
         self.num_envs = num_envs
         self.observation_space, self.n_actions = env_spaces(self.envs[0])
@@ -33,14 +40,30 @@ class GymVec:
         self.composite = None if isinstance(self.n_actions, (int, gym.spaces.Box)) else space  # factorized actions
         self.start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0  # a Discrete's first action
         self.seed = seed
+        self.env_id = env.id
+        if masked is None:
+            before = self.state_dict()
+            masked = masks.supplies_mask(self.envs[0], env.action_mask, env.id)
+            self.load_state_dict(before)
+        self.mask_width = masks.width(self.n_actions)
+        self.action_mask = self.final_action_mask = None
+        if masked:
+            self.action_mask, self.final_action_mask = np.ones((2, num_envs, self.mask_width), bool)
 
-    def reset(self, seeded: bool = True, out: np.ndarray | None = None) -> np.ndarray:
-        """First observations [E, *obs] (into ``out`` where given); ``seeded``: from ``seed + i``
-        (else the environments' RNGs continue)."""
+    def reset(self, seeded: bool = True, out: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        """First observations [E, *obs] (into ``out`` where given, their masks into ``mask``: by default
+        ``action_mask``); ``seeded``: from ``seed + i`` (else the environments' RNGs continue)."""
         obs = np.empty((self.num_envs, *self.obs_shape), self.obs_dtype) if out is None else out
+        mask = self.action_mask if mask is None else mask
         for i, env in enumerate(self.envs):
-            obs[i] = self.stored(env.reset(seed=self.seed + i if seeded else None)[0])
+            o, info = env.reset(seed=self.seed + i if seeded else None)
+            obs[i] = self.stored(o)
+            if mask is not None:
+                mask[i] = masks.read_mask(info, self.mask_width, self._where(i, "reset"))
         return obs
+
+    def _where(self, i: int, call: str) -> str:
+        return f"environment {i} of {self.env_id!r} on {call}"
 
     def stored(self, obs) -> np.ndarray:
         """One observation as it is stored (see :func:`~mlxe.envs.factory.observation_layout`)."""
@@ -61,22 +84,35 @@ class GymVec:
         return obs, reward, terminated, truncated, final if ended else None
 
     def step_into(self, actions: np.ndarray, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
-                  truncated: np.ndarray, final: np.ndarray) -> bool:
-        """:meth:`step` writing into the given arrays, each [E, ...]; returns whether an episode
-        ended (``final`` is written only then)."""
+                  truncated: np.ndarray, final: np.ndarray, mask: np.ndarray | None = None,
+                  final_mask: np.ndarray | None = None) -> bool:
+        """:meth:`step` writing into the given arrays, each [E, ...] (the masks, where the environments
+        supply them, into ``mask`` and ``final_mask``: by default ``action_mask`` and
+        ``final_action_mask``); returns whether an episode ended (``final`` and ``final_mask`` are
+        written only then)."""
         actions = self.env_actions(actions)
+        if self.action_mask is not None and mask is None:
+            mask, final_mask = self.action_mask, self.final_action_mask
         ends = []
         for i, env in enumerate(self.envs):
-            o, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+            o, reward[i], terminated[i], truncated[i], info = env.step(actions[i])
+            call = "step"
             if terminated[i] or truncated[i]:
                 ends.append(i)
                 final[i] = self.stored(o)
-                o, _ = env.reset()
+                if mask is not None:
+                    final_mask[i] = masks.read_mask(info, self.mask_width, self._where(i, call))
+                o, info = env.reset()
+                call = "reset"
             obs[i] = self.stored(o)
+            if mask is not None:
+                mask[i] = masks.read_mask(info, self.mask_width, self._where(i, call))
         if ends:
             going = np.ones(self.num_envs, bool)
             going[ends] = False
             final[going] = obs[going]
+            if mask is not None:
+                final_mask[going] = mask[going]
         return bool(ends)
 
     def env_actions(self, actions: np.ndarray):

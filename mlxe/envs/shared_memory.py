@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from mlxe.config import EnvConfig
+from mlxe.envs import masks
 from mlxe.envs.factory import action_layout, env_spaces, make_env_from_config, observation_layout
 
 ALIGN = 64  # bytes: each block starts on its own cache line
@@ -49,8 +50,10 @@ class EnvWorkerError(RuntimeError):
     """An environment in a worker process raised; the message holds the worker's traceback."""
 
 
-def layout(num_envs: int, obs_shape: tuple, obs_dtype: np.dtype, action_shape: tuple, action_dtype: np.dtype) -> dict:
-    """Each block's (offset in bytes, shape, dtype) in the shared file, and the file's size under ``"size"``."""
+def layout(num_envs: int, obs_shape: tuple, obs_dtype: np.dtype, action_shape: tuple, action_dtype: np.dtype,
+           mask_width: int = 0) -> dict:
+    """Each block's (offset in bytes, shape, dtype) in the shared file, and the file's size under
+    ``"size"``; ``mask_width`` > 0: blocks of the action masks too."""
     fields = {"action": ((num_envs, *action_shape), action_dtype)}
     for s in range(SLOTS):
         fields |= {
@@ -60,6 +63,9 @@ def layout(num_envs: int, obs_shape: tuple, obs_dtype: np.dtype, action_shape: t
             f"terminated{s}": ((num_envs,), np.dtype(bool)),
             f"truncated{s}": ((num_envs,), np.dtype(bool)),
         }
+        if mask_width:
+            fields |= {f"mask{s}": ((num_envs, mask_width), np.dtype(bool)),
+                       f"final_mask{s}": ((num_envs, mask_width), np.dtype(bool))}
     return pack(fields)
 
 
@@ -84,7 +90,8 @@ def views(buffer, blocks: dict) -> dict[str, np.ndarray]:
 class SharedMemoryVec:
     """``num_envs`` environments of the ``env`` section in ``workers`` processes; the interface and
     results of :class:`~mlxe.envs.serial.GymVec` (environment i seeded with ``seed + i``, the same
-    observations step for step), its state dicts interchangeable."""
+    observations step for step, its ``action_mask`` and ``final_action_mask``), its state dicts
+    interchangeable."""
 
     def __init__(self, env: EnvConfig, num_envs: int, seed: int, training: bool = True, workers: int = 1) -> None:
         if not hasattr(os, "memfd_create"):
@@ -92,13 +99,15 @@ class SharedMemoryVec:
         probe = make_env_from_config(env, training=training)
         try:
             self.observation_space, self.n_actions = env_spaces(probe)
+            masked = masks.supplies_mask(probe, env.action_mask, env.id)
         finally:
             probe.close()
         shape, dtype, _ = observation_layout(self.observation_space)
         self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)
         self.num_envs, self.env_id = num_envs, env.id
         action_shape, action_dtype = action_layout(self.n_actions)
-        plan = layout(num_envs, shape, self.obs_dtype, action_shape, action_dtype)
+        self.mask_width = masks.width(self.n_actions) if masked else 0
+        plan = layout(num_envs, shape, self.obs_dtype, action_shape, action_dtype, self.mask_width)
         fd = os.memfd_create("mlxe-vector-env")
         try:
             os.ftruncate(fd, plan["size"])
@@ -149,6 +158,16 @@ class SharedMemoryVec:
     def _read(self, name: str) -> np.ndarray:
         return self.arrays[f"{name}{self.slot}"]
 
+    @property
+    def action_mask(self) -> np.ndarray | None:
+        """[E, n] the legal actions of the observations last returned (None: the environments have no masks)."""
+        return self._read("mask") if self.mask_width else None
+
+    @property
+    def final_action_mask(self) -> np.ndarray | None:
+        """[E, n] after a step that ended an episode: the legal actions of the final observations."""
+        return self._read("final_mask") if self.mask_width else None
+
     def reset(self, seeded: bool = True) -> np.ndarray:
         """First observations [E, *obs]; ``seeded``: from ``seed + i`` (else the environments' RNGs continue)."""
         self.slot = 1 - self.slot
@@ -178,6 +197,8 @@ class SharedMemoryVec:
             for (lo, hi), flag in zip(self.shares, ended):
                 if flag == b"0":  # a worker writes final observations only where one of its episodes ended
                     final[lo:hi] = obs[lo:hi]
+                    if self.mask_width:
+                        self.final_action_mask[lo:hi] = self.action_mask[lo:hi]
         return obs, self._read("reward"), self._read("terminated"), self._read("truncated"), final
 
     def state_dict(self) -> list[dict]:
@@ -244,11 +265,10 @@ def serve(sock_fd: int, memory_fd: int) -> None:
         arrays = views(memory, blocks)
         rows = slice(lo, hi)
         action = arrays["action"][rows]
-        slots = [
-            tuple(arrays[f"{name}{s}"][rows] for name in ("obs", "reward", "terminated", "truncated", "final"))
-            for s in range(SLOTS)
-        ]
-        vec = GymVec(env, hi - lo, seed, training)
+        masked = "mask0" in arrays
+        names = ("obs", "reward", "terminated", "truncated", "final") + (("mask", "final_mask") if masked else ())
+        slots = [tuple(arrays[f"{name}{s}"][rows] for name in names) for s in range(SLOTS)]
+        vec = GymVec(env, hi - lo, seed, training, masked=masked)
         conn.send_bytes(b"ok")
     except EOFError:
         return
@@ -261,10 +281,10 @@ def serve(sock_fd: int, memory_fd: int) -> None:
             kind = message[:1]
             try:
                 if kind == b"S":
-                    obs, reward, terminated, truncated, final = slots[message[1] - 48]
-                    conn.send_bytes(b"1" if vec.step_into(action, obs, reward, terminated, truncated, final) else b"0")
+                    conn.send_bytes(b"1" if vec.step_into(action, *slots[message[1] - 48]) else b"0")
                 elif kind == b"R":
-                    vec.reset(seeded=message[2] == 49, out=slots[message[1] - 48][0])
+                    slot = slots[message[1] - 48]
+                    vec.reset(seeded=message[2] == 49, out=slot[0], mask=slot[5] if masked else None)
                     conn.send_bytes(b"ok")
                 elif kind == b"G":
                     conn.send_bytes(b"G" + pickle.dumps(vec.state_dict()))

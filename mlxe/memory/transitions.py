@@ -26,17 +26,21 @@ WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # p
 
 def transition_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
     """One stored transition: s_t, a_t (an int64 index or a float32 vector [A]), the n-step return
-    G, s_{t+m} and its bootstrap discount (observations as the Executors store them: images as bytes).
+    G, s_{t+m} and its bootstrap discount (observations as the Executors store them: images as bytes),
+    and where the environment supplies action masks, the legal actions of s_{t+m} (``next_mask``).
     ``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`."""
     obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
     action = (spec.action_shape(), np.float32 if spec.continuous else np.int64)
-    return {
+    layout = {
         "obs": obs,
         "action": action,
         "ret": ((), np.float32),
         "next_obs": obs,
         "discount": ((), np.float32),
     }
+    if spec.action_mask:
+        layout["next_mask"] = ((spec.n_actions,), np.dtype(bool))
+    return layout
 
 
 def nstep_transitions(
@@ -53,6 +57,8 @@ def nstep_transitions(
         "next_obs": window["next_obs"][last[t, e], e],
         "discount": discount[t, e],
     }
+    if "next_mask" in window:
+        transitions["next_mask"] = window["next_mask"][last[t, e], e]
     return transitions, complete
 
 
@@ -92,6 +98,7 @@ class TransitionReplay(Memorizer):
         batch_size: int, seed: int, priority_alpha: float | None = None, priority_beta: float = 1.0,
     ) -> None:
         self.memory = ReplayMemory(capacity, transition_layout(spec))
+        self.window = WINDOW + (("next_mask",) if spec.action_mask else ())  # what a tail keeps of each step
         self.priorities = ProportionalPriorities(capacity, priority_alpha) if priority_alpha is not None else None
         self.n_step, self.gamma = n_step, gamma
         self.learning_starts, self.updates_per_step = learning_starts, updates_per_step
@@ -111,20 +118,22 @@ class TransitionReplay(Memorizer):
         s = segment.steps
         window = {k: s[k] for k in WINDOW[:-1]}
         window["next_obs"] = segment.next_observations()
+        if "next_mask" in self.window:
+            window["next_mask"] = segment.next_masks()
         emitted = np.zeros(s["reward"].shape, bool)
         tail = self.tails.pop(segment.executor, None)
         if tail is not None and segment.restarted:  # its episodes were cut where the Executor stopped
             self.insert(flush(tail, self.n_step, self.gamma))
             tail = None
         if tail is not None:
-            window = {k: np.concatenate([tail[k], window[k]]) for k in WINDOW}
+            window = {k: np.concatenate([tail[k], window[k]]) for k in self.window}
             emitted = np.concatenate([tail["emitted"], emitted])
         transitions, complete = nstep_transitions(window, emitted, self.n_step, self.gamma)
         self.insert(transitions)
         waiting = np.flatnonzero((~complete).any(axis=1))
         if len(waiting):  # from the first step still waiting on, with what was emitted of it
             first = waiting[0]
-            self.tails[segment.executor] = {k: window[k][first:] for k in WINDOW} | {"emitted": complete[first:]}
+            self.tails[segment.executor] = {k: window[k][first:] for k in self.window} | {"emitted": complete[first:]}
         before, self.env_steps = self.env_steps, self.env_steps + len(segment)
         learning = self.env_steps - max(before, self.learning_starts)  # of these steps, after learning_starts
         self.owed += max(0, learning) * self.updates_per_step

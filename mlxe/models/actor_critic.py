@@ -88,6 +88,9 @@ class NetSpec:
     # factorized categorical actions (MultiDiscrete, MultiBinary, a Tuple or Dict of those): the actions
     # of each of the K parts, n_actions = their sum (empty: one categorical of n_actions)
     action_nvec: tuple[int, ...] = ()
+    # categorical actions: the environment supplies which are legal at each step (mlxe.envs.masks), a
+    # mask [n_actions] bool the policy's logits are masked with (the network itself is unchanged)
+    action_mask: bool = False
     std: str = "state_independent"  # Box: "state_independent" or "softplus" (see the module doc)
     log_std_init: float = 0.0  # Box: the initial log std
     obs_dtype: str = "float32"
@@ -113,6 +116,11 @@ class NetSpec:
             raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
         if self.action_nvec and (self.continuous or sum(self.action_nvec) != self.n_actions or min(self.action_nvec) < 1):
             raise ValueError(f"NetSpec: action_nvec {self.action_nvec} needs categorical actions, n_actions their sum")
+        if self.action_mask and self.continuous:
+            raise ConfigError(
+                "env.action_mask: a mask of legal actions needs categorical actions, not the Box action space's "
+                f"{self.n_actions} dimensions; set env.action_mask: false"
+            )
         if not self.continuous:
             return
         low, high = np.asarray(self.action_low, np.float64), np.asarray(self.action_high, np.float64)
@@ -537,10 +545,11 @@ class NumpyActorCritic:
         return self.features(obs)
 
 
-def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
+def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = False) -> NetSpec:
     """The network of the ``model`` section ``m`` for an environment's observation space and ``actions`` as
     :func:`mlxe.envs.factory.env_spaces` gives them (the number of Discrete actions, a 1-D Box
-    space, or a composite of categorical parts). ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
+    space, or a composite of categorical parts); ``action_mask``: the environment supplies masks of
+    its legal actions. ``model.encoder: auto`` picks by the observation: ``mlp`` (flat Box), ``onehot``
     (Discrete), ``cnn`` (an image: a 3-D Box)."""
     from mlxe.envs.factory import byte_scale, observation_layout, observation_parts
 
@@ -581,6 +590,7 @@ def net_spec(m: ModelConfig, observation_space, actions) -> NetSpec:
         encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
         channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size, obs_parts=parts,
+        action_mask=action_mask,
     )
 
 

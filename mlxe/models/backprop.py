@@ -31,7 +31,7 @@ import numpy as np
 
 from mlxe.models.actor_critic import MIN_STD, NetSpec, NumpyActorCritic
 from mlxe.ops.distributions import LOG_SQRT_2PI
-from mlxe.ops.sampling import log_softmax
+from mlxe.ops.sampling import log_softmax, mask_logits
 
 
 def _tanh_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -89,15 +89,17 @@ class Backprop:
             self._backward(ht, trunk, g_trunk, dh, last_linear=False, need_input=False)
 
     def log_prob_entropy(
-        self, head: np.ndarray, action: np.ndarray
+        self, head: np.ndarray, action: np.ndarray, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray, float], np.ndarray]]:
         """(log pi(a|s) [B], entropy [B], vjp) of the policy head's raw output, as
         ``mlxe.ops.distributions.log_prob_entropy`` of the torch module's; ``vjp(d_logp [B], d_entropy)``
         returns dL/dhead for dL/dlog pi = ``d_logp`` and dL/dH = ``d_entropy`` (the same for every
-        sample), and accumulates the state-independent log-std's gradient into ``grad``."""
+        sample), and accumulates the state-independent log-std's gradient into ``grad``. ``mask``
+        [B, A]: the legal actions of a categorical head (an illegal one's probability is exactly 0,
+        and so is the gradient of its masked logit)."""
         if self.spec.continuous:
             return self._gaussian(head, action)
-        return self._categorical(head, action)
+        return self._categorical(mask_logits(head, mask), action)
 
     def _categorical(self, logits: np.ndarray, action: np.ndarray):
         logp_all = log_softmax(logits)

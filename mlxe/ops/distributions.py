@@ -11,6 +11,11 @@
 
 :func:`log_prob_entropy` takes any head's output (``ActorCritic.forward``'s ``policy``), so a loss
 reads the same for every kind of action.
+
+Action masks (:mod:`mlxe.envs.masks`): an illegal action's logit becomes :data:`MASKED_LOGIT`
+(:func:`masked`), so that its probability is exactly 0 in float32 and float64: log-probabilities,
+entropies and KL divergences are then those of the distribution over the legal actions, and stay
+finite (a -inf logit would make 0 * log 0 a NaN in the entropy), as sb3-contrib's MaskablePPO does.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+MASKED_LOGIT = -1e8  # exp(MASKED_LOGIT - a legal logit) underflows to 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,16 @@ def map_policy(fn, policy):
     if isinstance(policy, MultiCategorical):
         return MultiCategorical(fn(policy.logits), policy.nvec)
     return fn(policy)
+
+
+def masked(policy, mask):
+    """A categorical head's output (logits [*B, A] or a :class:`MultiCategorical`) with the actions
+    that ``mask`` [*B, A] bool leaves out set to :data:`MASKED_LOGIT`; unchanged where ``mask`` is None."""
+    if mask is None:
+        return policy
+    if isinstance(policy, tuple):
+        raise ValueError("an action mask applies to categorical actions, not to a Gaussian head's")
+    return map_policy(lambda logits: logits.masked_fill(~mask, MASKED_LOGIT), policy)
 
 
 def categorical(logits, action):

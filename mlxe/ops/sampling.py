@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxe.ops.distributions import LOG_SQRT_2PI
+from mlxe.ops.distributions import LOG_SQRT_2PI, MASKED_LOGIT
+
+
+def mask_logits(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """``logits`` [B, A] with the actions ``mask`` [B, A] bool leaves out at ``MASKED_LOGIT`` (their
+    probability 0; see :mod:`mlxe.ops.distributions`); ``logits`` itself where ``mask`` is None."""
+    return logits if mask is None else np.where(mask, logits, logits.dtype.type(MASKED_LOGIT))
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ step is one batched ``Policy.act`` for all of them (20 CartPole episodes of 500 
 calls, not 10,000). An environment whose first episode has ended keeps stepping (the vector env
 resets it) but no longer counts. The policy acts greedily (no exploration), its recurrent state
 carried and reset at episode ends; observations go through the run's observation filter when it
-has one.
+has one, and the environments' action masks limit its choices where they supply them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mlxe.core import Policy
-from mlxe.runtime.rollout import make_vector_env, reset_state
+from mlxe.runtime.rollout import make_vector_env, masking, reset_state
 
 
 def evaluate_vectorized(
@@ -35,7 +35,9 @@ def evaluate_vectorized(
     obs = env.reset()
     state = policy.initial_state(rows)
     while running.any():
-        action, _, state = policy.act(obs if normalize_obs is None else normalize_obs(obs), state, greedy=True)
+        seen = obs if normalize_obs is None else normalize_obs(obs)
+        mask = getattr(env, "action_mask", None)  # the legal actions of obs, where the environment masks them
+        action, _, state = policy.act(seen, state, greedy=True, **masking(mask))
         obs, reward, terminated, truncated, _ = env.step(action)
         returns[running] += reward[running]
         lengths[running] += 1

@@ -84,12 +84,15 @@ def serves(cfg: Config, spec: NetSpec) -> bool:
 
 
 def slot_layout(cfg: Config, spec: NetSpec, initial: State) -> dict:
-    """The blocks of one Executor's shared memory: what the policy reads (``obs``, ``in.<state>``) and
-    writes (``action``, the recorded fields, ``out.<state>``), E rows each."""
+    """The blocks of one Executor's shared memory: what the policy reads (``obs``, ``in.<state>``, the
+    ``action_mask`` where the environments supply one) and writes (``action``, the recorded fields,
+    ``out.<state>``), E rows each."""
     E = cfg.envs_per_executor
     fields = step_fields(spec)
     record = algorithm_class(cfg).record(cfg, spec)
     blocks = {"obs": fields["obs"], "action": fields["action"], **record}
+    if spec.action_mask:
+        blocks["action_mask"] = fields["action_mask"]
     for k, v in (initial or {}).items():
         blocks[f"in.{k}"] = blocks[f"out.{k}"] = Field(v.shape[1:], v.dtype.str)
     return pack({name: ((E, *f.shape), np.dtype(f.dtype)) for name, f in blocks.items()})
@@ -138,9 +141,11 @@ class RemotePolicy:
     def initial_state(self, n_envs: int) -> State:
         return None if self.initial is None else {k: np.repeat(v, n_envs, axis=0) for k, v in self.initial.items()}
 
-    def act(self, obs: np.ndarray, state: State, greedy: bool = False):
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         n, a = len(obs), self.arrays
         a["obs"][:n] = obs
+        if mask is not None:
+            a["action_mask"][:n] = mask
         for k, v in (state or {}).items():
             a[f"in.{k}"][:n] = v
         self._ask(b"A", n, int(greedy))
@@ -232,7 +237,8 @@ def _serve(control, conns, memories, blocks, cfg, spec, seed, weights: SharedWei
                 loaded = version
             obs = np.concatenate([arrays[i]["obs"][:n] for i, _, n in group])
             state = {k: np.concatenate([arrays[i][f"in.{k}"][:n] for i, _, n in group]) for k in state_keys} or None
-            action, extras, next_state = policy.act(obs, state, greedy)
+            masks = {"mask": np.concatenate([arrays[i]["action_mask"][:n] for i, _, n in group])} if spec.action_mask else {}
+            action, extras, next_state = policy.act(obs, state, greedy, **masks)
             start = 0
             for i, token, n in group:
                 rows, out = slice(start, start + n), arrays[i]

@@ -23,6 +23,7 @@ from mlxe.config import ConfigError
 from mlxe.core import Episode, Field, Policy, Segment, State, step_fields
 from mlxe.envs.filters import Filters
 from mlxe.envs.groups import EnvGroups
+from mlxe.envs.masks import first_empty_part
 from mlxe.envs.ocean import PREFIX, OceanVec
 from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
@@ -93,7 +94,9 @@ class RolloutExecutor:
         # Two streams from the one seed: environments and policy drawing from equal streams would correlate.
         env_seed, policy_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(2))
         self.env = make_vector_env(cfg, cfg.envs_per_executor, env_seed, executor=index, groups=cfg.rollout.env_groups)
-        self.spec = net_spec(cfg.model, self.env.observation_space, self.env.n_actions)
+        # the environments' action masks (mlxe.envs.masks): vector envs that have none have no such attribute
+        self.masked = getattr(self.env, "action_mask", None) is not None
+        self.spec = net_spec(cfg.model, self.env.observation_space, self.env.n_actions, self.masked)
         self.weights = weights
         algorithm = algorithm_class(cfg)
         self.version = -1
@@ -117,6 +120,7 @@ class RolloutExecutor:
         self.beat()
         self.obs = self.env.reset(seeded)  # raw observations [E, *obs]
         self.rest()
+        self.mask = self.env.action_mask.copy() if self.masked else None  # the legal actions of obs [E, n]
         check_finite(self.cfg.env.id, self.index, "reset", self.obs)
         self.state = self.policy.initial_state(E)
         self.ep_length = np.zeros(E, np.int64)
@@ -168,20 +172,24 @@ class RolloutExecutor:
         self.fresh = Filters(self.cfg.filters, self.cfg.algo.gamma, self.spec)
         T, E = steps or self.cfg.rollout.steps, self.env.num_envs
         data = {k: np.zeros((T, E, *f.shape), f.dtype) for k, f in self.fields.items()}
-        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs) of episode ends
+        finals: list[tuple] = []  # (t, env indices, final obs, their masks or None) of episode ends
         final_states: list[State] = []  # a recurrent policy's state at those episode ends, before its reset
         episodes: list[Episode] = []
         begin = np.zeros(E, np.int64)  # where each environment's episode in progress began in this segment
-        obs, state0 = self.obs, self.state
+        obs, mask, state0 = self.obs, self.mask, self.state
 
         def act(t: int, rows: slice) -> np.ndarray:
             """The policy's actions for environments ``rows`` at step t, recorded with what it saw."""
             seen = self.filters.observe_obs(obs[rows], self.fresh)
+            legal = None
+            if mask is not None:
+                legal = data["action_mask"][t, rows] = mask[rows]
+                self.check_mask(legal, rows, t, begin)
             if rows is ALL:
-                action, extras, self.state = self.policy.act(seen, self.state)
+                action, extras, self.state = self.policy.act(seen, self.state, **masking(legal))
             else:
                 state = None if self.state is None else {k: v[rows] for k, v in self.state.items()}
-                action, extras, state = self.policy.act(seen, state)
+                action, extras, state = self.policy.act(seen, state, **masking(legal))
                 for k, v in (state or {}).items():
                     self.state[k][rows] = v
             if t == 0:
@@ -205,6 +213,8 @@ class RolloutExecutor:
                 obs = next_obs
             else:
                 obs[rows] = next_obs
+            if mask is not None:
+                mask[rows] = self.env.action_mask[rows]
             if final is None:  # no episode ended
                 return False
             done = terminated | truncated
@@ -226,7 +236,7 @@ class RolloutExecutor:
                 else:
                     for k, v in reset_state({k: v[rows] for k, v in self.state.items()}, done, self.policy).items():
                         self.state[k][rows] = v
-            finals.append((t, ended, final[local]))
+            finals.append((t, ended, final[local], None if mask is None else self.env.final_action_mask[rows][local]))
             return True
 
         if isinstance(self.env, EnvGroups):
@@ -254,11 +264,14 @@ class RolloutExecutor:
         self.ep_length += T - begin  # the episodes that go on carry their steps into the next segment
         self.obs = obs
         normalize = self.filters.normalize_obs
-        final_t = np.array([t for t, envs, _ in finals for _ in envs], np.int64)
-        final_env = np.concatenate([envs for _, envs, _ in finals]) if finals else np.zeros(0, np.int64)
+        final_t = np.array([t for t, envs, _, _ in finals for _ in envs], np.int64)
+        final_env = np.concatenate([envs for _, envs, _, _ in finals]) if finals else np.zeros(0, np.int64)
         final_obs = (
-            normalize(np.concatenate([o for _, _, o in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
+            normalize(np.concatenate([o for _, _, o, _ in finals])) if finals else np.zeros((0, *obs.shape[1:]), obs.dtype)
         )
+        final_mask = None
+        if mask is not None:
+            final_mask = np.concatenate([m for _, _, _, m in finals]) if finals else np.zeros((0, mask.shape[1]), bool)
         final_state = None
         if self.state is not None:
             final_state = {
@@ -268,12 +281,30 @@ class RolloutExecutor:
         final_t, final_env, final_obs = final_t[order], final_env[order], final_obs[order]
         if final_state is not None:
             final_state = {k: v[order] for k, v in final_state.items()}
+        if mask is not None:
+            self.mask, mask, final_mask = mask, mask.copy(), final_mask[order]
         segment = Segment(
             self.index, self.version, data, normalize(obs), final_t, final_env, final_obs, state0, self.restarted,
-            self.state, final_state,
+            self.state, final_state, mask, final_mask,
         )
         self.restarted = False
         return segment, episodes
+
+    def check_mask(self, legal: np.ndarray, rows: slice, t: int, begin: np.ndarray) -> None:
+        """A :class:`BadActionMask` naming the environment and its episode's step where a mask of
+        ``legal`` [B, n] (environments ``rows`` at step ``t`` of the segment, their episodes begun
+        at ``begin`` [E] in it) leaves a part without a legal action."""
+        empty = first_empty_part(legal, self.spec.action_nvec or (self.spec.n_actions,))
+        if empty is None:
+            return
+        row, part = empty
+        env = row + (rows.start or 0)
+        which = f"part {part} of the actions" if self.spec.factorized else "the actions"
+        raise BadActionMask(
+            f"executor {self.index}: environment {env} of {self.cfg.env.id!r} gave an action mask with no legal action "
+            f"in {which} at step {int(self.ep_length[env] + t - begin[env])} of its episode: every observation needs at least "
+            "one legal action (end the episode instead)"
+        )
 
     def close(self) -> None:
         """Close the environments (a vector env's worker processes end)."""
@@ -306,6 +337,10 @@ class RolloutExecutor:
 ALL = slice(None)  # every environment of an Executor: one policy call and one step for all
 
 
+class BadActionMask(ValueError):
+    """An environment gave an action mask that allows no action."""
+
+
 class NonFiniteInput(ValueError):
     """An environment gave a NaN or infinite observation or reward (or one beyond float32's range)."""
 
@@ -335,6 +370,12 @@ def check_fields(extras: dict[str, np.ndarray], record: dict[str, Field]) -> Non
     for k, v in extras.items():
         if np.shape(v)[1:] != record[k].shape:
             raise ValueError(f"the policy's field {k!r} has shape {np.shape(v)} per step, declared [E, *{record[k].shape}]")
+
+
+def masking(mask: np.ndarray | None) -> dict:
+    """``Policy.act``'s ``mask`` keyword where there is a mask: the policies of algorithms that use no
+    masks (:attr:`mlxe.core.Algorithm.action_masks`) are called without it."""
+    return {} if mask is None else {"mask": mask}
 
 
 def reset_state(state: State, ended: np.ndarray, policy: Policy) -> State:

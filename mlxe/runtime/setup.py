@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlxe import algos
 from mlxe.config import Config, ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
+from mlxe.envs.masks import supplies_mask
 from mlxe.models.actor_critic import NetSpec, net_spec
+from mlxe.policies.manager import algorithm_class
 
 
 @dataclass
@@ -35,23 +38,46 @@ def replacement_seed(seed: int, restarts: int) -> int:
 
 
 def problem_spec(cfg: Config) -> NetSpec:
-    """The network spec of ``cfg`` (builds one environment to read its spaces; a multi-agent run's
-    is the spec of its vector env's rows; remote simulators' is what ``env.remote`` declares)."""
+    """The network spec of ``cfg`` (builds one environment to read its spaces and whether it supplies
+    action masks; a multi-agent run's is the spec of its vector env's rows; remote simulators' is what
+    ``env.remote`` declares). A ConfigError where the environment's masks cannot be used."""
     if cfg.env.api == "remote":
         from mlxe.envs.remote import remote_spaces
 
-        return net_spec(cfg.model, *remote_spaces(cfg.env.remote))
-    if cfg.env.api == "pettingzoo" or cfg.env.vector == "envpool":  # the spaces of the rows the Executors step
+        spec = net_spec(cfg.model, *remote_spaces(cfg.env.remote))
+    elif cfg.env.api == "pettingzoo" or cfg.env.vector in ("envpool", "ocean", "numpy") or (
+        cfg.env.vector == "auto" and cfg.env.plain_cartpole
+    ):  # the spaces of the rows the Executors step
         from mlxe.runtime.rollout import make_vector_env
 
         probe = make_vector_env(cfg, 1, 0)
         probe.close()
-        return net_spec(cfg.model, probe.observation_space, probe.n_actions)
-    env = make_env_from_config(cfg.env)
-    try:
-        return net_spec(cfg.model, *env_spaces(env))
-    finally:
-        env.close()
+        masked = getattr(probe, "action_mask", None) is not None
+        spec = net_spec(cfg.model, probe.observation_space, probe.n_actions, masked)
+    else:
+        env = make_env_from_config(cfg.env)
+        try:
+            spec = net_spec(cfg.model, *env_spaces(env), supplies_mask(env, cfg.env.action_mask, cfg.env.id))
+        finally:
+            env.close()
+    check_masks(cfg, spec)
+    return spec
+
+
+def check_masks(cfg: Config, spec: NetSpec) -> None:
+    """A ConfigError where ``env.action_mask: true`` finds no mask, or the algorithm cannot use the
+    masks the environment supplies."""
+    if cfg.env.action_mask and not spec.action_mask:
+        raise ConfigError(
+            f"env.action_mask: true, but the environments of {cfg.env.id!r} (env.api {cfg.env.api!r}, env.vector "
+            f"{cfg.env.vector!r}) supply no action mask"
+        )
+    algorithm = algorithm_class(cfg)
+    if spec.action_mask and not algorithm.action_masks:
+        raise ConfigError(
+            f"algo.name: {cfg.algo.name!r} does not use action masks, and {cfg.env.id!r} supplies them; use "
+            f"algo.name {algos.able(lambda a: a.action_masks)}, or set env.action_mask: false to ignore the masks"
+        )
 
 
 def context(cfg: Config, autograd: bool = False):

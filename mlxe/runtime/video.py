@@ -19,6 +19,7 @@ import numpy as np
 from mlxe.config import Config, ConfigError
 from mlxe.core import Policy
 from mlxe.runtime.evaluation import episode_stats
+from mlxe.runtime.rollout import masking
 
 SUFFIXES = (".mp4", ".gif")
 
@@ -41,6 +42,7 @@ def record_video(
         import imageio.v2 as imageio
     except ImportError:
         raise ConfigError("--video needs imageio: pip install 'mlxe[video]'") from None
+    from mlxe.envs.masks import read_mask
     from mlxe.envs.serial import GymVec
 
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's renderers draw off screen: no display wanted
@@ -56,17 +58,23 @@ def record_video(
     returns, lengths, frames = [], [], 0
     try:
         obs = vec.reset()
+        mask = vec.action_mask  # [1, n] the legal actions of obs (None: the environment has no masks)
         for _ in range(episodes):
             state, total, length, done = policy.initial_state(1), 0.0, 0, False
             writer.append_data(env.render())
             frames += 1
             while not done:
-                action, _, state = policy.act(obs if normalize_obs is None else normalize_obs(obs), state, greedy=True)
+                seen = obs if normalize_obs is None else normalize_obs(obs)
+                action, _, state = policy.act(seen, state, greedy=True, **masking(mask))
                 action = vec.env_actions(action[:1])[0]
-                o, reward, terminated, truncated, _ = env.step(action)
+                o, reward, terminated, truncated, info = env.step(action)
                 writer.append_data(env.render())
                 frames, total, length, done = frames + 1, total + float(reward), length + 1, terminated or truncated
-                obs = vec.stored(o)[None] if not done else vec.stored(env.reset()[0])[None]
+                if done:
+                    o, info = env.reset()
+                obs = vec.stored(o)[None]
+                if mask is not None:
+                    mask = read_mask(info, vec.mask_width, f"{cfg.env.id!r} in the video")[None]
             returns.append(total)
             lengths.append(length)
     finally:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.ops.distributions import MultiCategorical, categorical, gaussian, kl_divergence, log_prob_entropy
+from mlxe.ops.distributions import MultiCategorical, categorical, gaussian, kl_divergence, log_prob_entropy, masked
 from mlxe.ops.sampling import gaussian_log_prob, sample_multi_categorical
 
 
@@ -103,3 +103,40 @@ def test_numpy_factorized_sampling_draws_each_part_from_its_softmax(nvec):
         start += n
     greedy, _ = sample_multi_categorical(logits, nvec, rng, greedy=True)
     assert greedy[0].tolist() == [int(np.argmax(p)) for p in np.split(logits[0], np.cumsum(nvec)[:-1])]
+
+
+def random_mask(g: torch.Generator, n: int, nvec: tuple[int, ...]) -> torch.Tensor:
+    """[n, sum(nvec)] bool with at least one legal action in every part."""
+    mask = torch.rand(n, sum(nvec), generator=g) < 0.5
+    for start, width in zip(np.cumsum((0, *nvec[:-1])), nvec):
+        mask[torch.arange(n), start + torch.randint(width, (n,), generator=g)] = True
+    return mask
+
+
+@pytest.mark.parametrize("nvec", [(6,), (5, 3, 4)])
+def test_masked_logits_are_the_distribution_over_the_legal_actions(nvec):
+    g = torch.Generator().manual_seed(3)
+    logits, mask = torch.randn(32, sum(nvec), generator=g) * 2, random_mask(g, 32, nvec)
+    policy = masked(MultiCategorical(logits, nvec) if len(nvec) > 1 else logits, mask)
+    action = torch.stack([torch.multinomial(m.float(), 1, generator=g)[:, 0] for m in mask.split(list(nvec), 1)], 1)
+    logp, entropy = log_prob_entropy(policy, action if len(nvec) > 1 else action[:, 0])
+    # torch's categorical over the legal actions only: illegal logits at -inf
+    parts = [torch.distributions.Categorical(logits=x.masked_fill(~m, -torch.inf))
+             for x, m in zip(logits.split(list(nvec), 1), mask.split(list(nvec), 1))]
+    torch.testing.assert_close(logp, sum(p.log_prob(action[:, k]) for k, p in enumerate(parts)))
+    torch.testing.assert_close(entropy, sum(p.entropy() for p in parts))
+    other = masked(MultiCategorical(logits.flip(0), nvec) if len(nvec) > 1 else logits.flip(0), mask)
+    assert torch.isfinite(kl_divergence(policy, other)).all() and (kl_divergence(policy, policy).abs() < 1e-6).all()
+
+
+def test_masked_logits_give_illegal_actions_no_gradient():
+    logits = torch.randn(4, 5, requires_grad=True)
+    mask = torch.tensor([[True, False, True, False, False]] * 4)
+    logp, entropy = log_prob_entropy(masked(logits, mask), torch.zeros(4, dtype=torch.int64))
+    (logp + entropy).sum().backward()
+    assert (logits.grad[:, [1, 3, 4]] == 0).all() and (logits.grad[:, [0, 2]] != 0).all()
+
+
+def test_a_mask_on_a_gaussian_head_is_an_error():
+    with pytest.raises(ValueError, match="categorical actions, not to a Gaussian"):
+        masked((torch.zeros(2, 1), torch.ones(2, 1)), torch.ones(2, 1, dtype=torch.bool))

@@ -122,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_inference(args.config, executors=args.executors, steps=args.steps, rounds=args.rounds,
                               overrides=args.overrides, out_dir=args.out)
+    elif args.bench == "masked":
+        from mlxe.tools.bench.masked import bench_masked
+
+        out = bench_masked(args.config, seeds=args.seeds, sb3_python=args.sb3_python, overrides=args.overrides,
+                           out_dir=args.out)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -273,6 +278,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--executors", type=int, default=2, help="Executor processes (IS)")
     b.add_argument("--steps", type=int, default=8192, help="env steps of each run")
     b.add_argument("--rounds", type=int, default=2, help="repeat the runs in turn (median rates)")
+    b = bench_parser("masked", "masked PPO vs sb3-contrib's MaskablePPO, same settings, to the config's goal on "
+                     "connect four against a random player", "configs/connect_four_ppo.yaml")
+    b.add_argument("--seeds", type=int, default=3)
+    b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and pettingzoo: run MaskablePPO side by side")
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
                          "Executor scaling, Pong frames/s and time to 20")
     b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")

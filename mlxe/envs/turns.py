@@ -1,0 +1,117 @@
+"""A two-player turn-based game as a Gymnasium environment: one learner against an opponent.
+
+PettingZoo's classic games (``connect_four_v3``, ``tictactoe_v3``, ...) are AEC environments whose
+players move in turn, each observing a Dict {"observation", "action_mask"}. :class:`AgainstOpponent`
+gives the learner one seat and plays the other itself, so that one step of this environment is one
+of the learner's moves: the opponent replies (as often as the game gives it the turn) before the
+learner observes again, and when the learner plays second the opponent's first move is made in
+``reset``. The reward is the learner's, summed over its move and the replies (+1 win, -1 loss, 0
+draw in the classic games); the episode terminates when the game ends and is truncated where the
+game truncates it.
+
+The observation stays a Dict with the learner's ``action_mask`` (which :mod:`mlxe.envs.masks` reads);
+its ``observation`` is flattened to float32 (``flatten``, the default: the boards are small int8
+planes an MLP reads well) or kept as the game gives it.
+
+The opponent (``opponent``): ``"random"``, a uniform choice among its legal actions, or
+``"package.module:function"``, called as ``function(observation, mask, rng) -> action`` with the
+opponent's own observation as the game gives it. The learner's seat (``seat``) is ``"random"`` (drawn
+at each reset from the environment's RNG), ``"first"`` or ``"second"``.
+
+This module imports only Gymnasium, NumPy and PettingZoo, so that another framework's benchmark
+process can load it by path and play the same game.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+SEATS = ("random", "first", "second")
+
+
+class AgainstOpponent(gymnasium.Env):
+    """``game`` ("package.module" of a PettingZoo AEC game with ``env()``, e.g.
+    ``pettingzoo.classic.connect_four_v3``) made with ``kwargs``; see the module doc."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, game: str = "pettingzoo.classic.connect_four_v3", opponent: str = "random",
+                 seat: str = "random", flatten: bool = True, kwargs: dict[str, Any] | None = None) -> None:
+        if seat not in SEATS:
+            raise ValueError(f"env.kwargs.seat: {seat!r} is not one of {', '.join(map(repr, SEATS))}")
+        try:
+            self.game = importlib.import_module(game).env(**(kwargs or {}))
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"env.kwargs.game: cannot make {game!r} (expected a module with env()): {e}") from e
+        self.players = list(self.game.possible_agents)
+        if len(self.players) != 2:
+            raise ValueError(f"env.kwargs.game: {game!r} has the players {self.players}; expected two")
+        self.choose = self._random if opponent == "random" else _function(opponent)
+        self.seat, self.flatten = seat, flatten
+        space = self.game.observation_space(self.players[0])
+        self.board_space = space["observation"] if isinstance(space, gymnasium.spaces.Dict) else space
+        board = self.board_space
+        if flatten:
+            board = gymnasium.spaces.Box(-np.inf, np.inf, (int(gymnasium.spaces.flatdim(board)),), np.float32)
+        self.action_space = self.game.action_space(self.players[0])
+        self.observation_space = gymnasium.spaces.Dict(
+            {"observation": board, "action_mask": gymnasium.spaces.Box(0, 1, (int(self.action_space.n),), np.int8)}
+        )
+
+    def _random(self, observation, mask: np.ndarray, rng: np.random.Generator) -> int:
+        return int(rng.choice(np.flatnonzero(mask)))
+
+    def _observe(self) -> dict:
+        raw = self.game.observe(self.learner)
+        board = raw["observation"] if isinstance(raw, dict) else raw
+        if self.flatten:
+            board = gymnasium.spaces.flatten(self.board_space, board).astype(np.float32)
+        return {"observation": board, "action_mask": np.asarray(_mask(raw, self.action_space.n), np.int8)}
+
+    def _over(self) -> tuple[bool, bool]:
+        terminated = self.game.terminations.get(self.learner, True)
+        return bool(terminated), bool(self.game.truncations.get(self.learner, False)) and not terminated
+
+    def _replies(self) -> float:
+        """The opponent's moves until the learner's turn or the game's end; the learner's reward in them."""
+        reward = 0.0
+        while not any(self._over()) and self.game.agent_selection != self.learner:
+            raw = self.game.observe(self.game.agent_selection)
+            self.game.step(self.choose(raw, _mask(raw, self.action_space.n), self.np_random))
+            reward += float(self.game.rewards.get(self.learner, 0.0))
+        return reward
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.game.reset(seed=None if seed is None else int(self.np_random.integers(2**31)))
+        first = self.seat == "first" or (self.seat == "random" and self.np_random.random() < 0.5)
+        order = list(self.game.agents)
+        self.learner = order[0] if first else order[1]
+        self._replies()
+        return self._observe(), {}
+
+    def step(self, action):
+        self.game.step(int(action))
+        reward = float(self.game.rewards.get(self.learner, 0.0)) + self._replies()
+        terminated, truncated = self._over()
+        return self._observe(), reward, terminated, truncated, {}
+
+    def close(self) -> None:
+        self.game.close()
+
+
+def _mask(raw, n: int) -> np.ndarray:
+    """The legal actions in an observation as the game gives it (all, where it has no mask)."""
+    return np.asarray(raw["action_mask"], bool) if isinstance(raw, dict) and "action_mask" in raw else np.ones(n, bool)
+
+
+def _function(path: str):
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"env.kwargs.opponent: cannot load {path!r} (expected 'random' or 'package.module:function'): {e}") from e
