@@ -218,6 +218,10 @@ class ModelConfig:
     value_head: list[int] = field(default_factory=lambda: [64, 128, 64])
     activation: Literal["relu", "tanh", "elu"] = "relu"
     noisy_policy: bool = False  # factorized-Gaussian NoisyNet layers in the policy head
+    # initial weights: "torch" (PyTorch's default per layer) or "orthogonal" (Stable-Baselines3's and
+    # CleanRL's: orthogonal matrices of gain sqrt(2), the policy head's last layer 0.01, the value
+    # head's 1, biases 0): a near-uniform first policy
+    init: Literal["torch", "orthogonal"] = "torch"
     # Continuous (Box) actions: a Gaussian policy, mean = center + scale * tanh(head output), with
     # center and scale from the action bounds; std = exp(a learned state-independent log-std vector)
     # or softplus(a second head output) per state. Sampled actions are clipped to the bounds.
@@ -964,6 +968,8 @@ def check_model_reads(
     ``auto`` picked, whether the observation has an ``image`` (``concat``), whether actions are ``discrete``,
     whether any observation is stored as ``uint8``."""
     if m.custom is not None:
+        if m.init != "torch":
+            raise ConfigError(f"model.init: {m.init!r} is not read: model.custom builds and initializes its own layers; remove it")
         return  # the module replaces the whole network
     picked = "" if encoder == m.encoder else f", which model.encoder {m.encoder!r} picked for this observation space"
     cnn = encoder in ("auto", "cnn") or (encoder == "concat" and image)

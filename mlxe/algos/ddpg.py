@@ -89,8 +89,9 @@ class OffPolicyConfig(AlgoConfig):
                 f"filters.obs: not supported with algo.name {self.name!r} (its replay would mix observations "
                 "normalized by statistics that keep moving)"
             )
-        if cfg.model.core != "none" or cfg.model.noisy_policy:
-            key = "model.core" if cfg.model.core != "none" else "model.noisy_policy"
+        if cfg.model.core != "none" or cfg.model.noisy_policy or cfg.model.init != "torch":
+            key = next(k for k, on in (("model.core", cfg.model.core != "none"), ("model.noisy_policy", cfg.model.noisy_policy),
+                                       ("model.init", True)) if on)
             raise ConfigError(f"{key}: not supported with algo.name {self.name!r} (an MLP actor and critics)")
 
     def rate(self, which: str) -> float:

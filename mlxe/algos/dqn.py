@@ -27,12 +27,29 @@ Tavakoli et al., 2018): the head holds one branch of Q_d(s, .) per part (dueling
 each part is chosen by its own argmax (and explores on its own), and every branch's Q_d(s, a_d) is
 regressed on one target whose bootstrap is the mean over the branches of Q_d(s', a*_d).
 
+Distributional Q (``distributional``, two of Rainbow's parts' alternatives): the head gives ``atoms``
+values per action (dueling: V's ``atoms`` plus each action's advantage atoms less their mean over
+the actions) and Q(s, a) is their expectation.
+
+* ``c51`` (Bellemare et al., 2017): logits of a categorical distribution over ``atoms`` values z
+  spread evenly on [``v_min``, ``v_max``]; Q = sum_i p_i z_i. The target distribution of
+  G + discount z_i under p(s', a*) is projected back onto z (each value's probability split between
+  its two neighbours), and the loss is its cross-entropy with p(s, a).
+* ``qr`` (QR-DQN, Dabney et al., 2018): ``atoms`` quantiles theta_i at the levels
+  tau_i = (2i + 1) / (2 atoms); Q = mean_i theta_i. Each pair of a quantile and a target
+  y_j = G + discount theta_j(s', a*) gives u = y_j - theta_i, and the loss is
+  sum_i mean_j |tau_i - 1{u < 0}| Huber(u).
+
+a* is the greedy action of Q (the online network's, double) as for plain DQN; the per-transition loss
+is the prioritized replay's priority.
+
 Action masks (:mod:`mlxe.envs.masks`): the greedy action and the exploring one are drawn among the
 legal actions only, and the target's a* = argmax over the legal actions of s' (the replay keeps them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -74,6 +91,12 @@ class Config(AlgoConfig):
     priority_alpha: float = 0.6
     priority_beta: float = 0.4  # importance-weight exponent, annealed linearly to 1 over the step budget
     cuda_graph: bool = True  # on a GPU, replay each gradient step as a CUDA graph (no effect on the CPU)
+    # a distributional Q head (see the module doc): "none", "c51" (over ``atoms`` values in [v_min,
+    # v_max]) or "qr" (``atoms`` quantiles)
+    distributional: Literal["none", "c51", "qr"] = "none"
+    atoms: int = 51
+    v_min: float = -10.0  # c51's support
+    v_max: float = 10.0
 
     def check(self, cfg) -> None:
         super().check(cfg)
@@ -101,6 +124,20 @@ class Config(AlgoConfig):
                 "filters.obs: not supported with algo.name 'dqn' (its replay would mix observations normalized "
                 "by statistics that keep moving)"
             )
+        unread = {"atoms": self.distributional == "none", "v_min": self.distributional != "c51",
+                  "v_max": self.distributional != "c51"}
+        for key, ignored in unread.items():
+            if ignored and getattr(self, key) != getattr(Config, key):
+                raise ConfigError(f"algo.{key}: {getattr(self, key)!r} is not read with algo.distributional "
+                                  f"{self.distributional!r}; remove it")
+        if self.distributional != "none":
+            if self.atoms < 2:
+                raise ConfigError(f"algo.atoms: {self.atoms!r} is not allowed; expected at least 2")
+            check_at_most("algo.atoms", self.atoms, 1024)
+            if self.distributional == "c51" and not self.v_min < self.v_max:
+                raise ConfigError(f"algo.v_min: {self.v_min!r} is not below algo.v_max ({self.v_max!r})")
+            if cfg.model.custom is not None:
+                raise ConfigError("algo.distributional: the distributional head is MLxE's; not with model.custom")
 
 
 def epsilon(algo: Config, env_steps: float) -> float:
@@ -113,6 +150,35 @@ def require_discrete(spec: NetSpec) -> None:
     """DQN's Q head reads one Discrete space, or categorical parts as branches; not a Box."""
     if spec.continuous:
         require_one_categorical(spec, "dqn")
+
+
+def q_spec(algo: Config, spec: NetSpec) -> NetSpec:
+    """The network DQN builds for the environment's ``spec``: with a distributional head, ``atoms``
+    values per action (one Discrete space only)."""
+    if algo.distributional == "none":
+        return spec
+    if spec.factorized:
+        raise ConfigError(f"algo.distributional: {algo.distributional!r} needs one Discrete action space, not the "
+                          f"{len(spec.action_nvec)} categorical parts {list(spec.action_nvec)} (branches are not distributional)")
+    return dataclasses.replace(spec, atoms=algo.atoms)
+
+
+def support(algo: Config) -> np.ndarray:
+    """C51's values z [atoms], evenly spread on [v_min, v_max]."""
+    return np.linspace(algo.v_min, algo.v_max, algo.atoms, dtype=np.float32)
+
+
+def expected_q(algo: Config, atoms):
+    """Q [..., A] of a distributional head's per-action atoms [..., A, atoms] (NumPy or torch)."""
+    if algo.distributional == "qr":
+        return atoms.mean(-1)
+    if isinstance(atoms, np.ndarray):
+        z = atoms - atoms.max(-1, keepdims=True)
+        p = np.exp(z)
+        return (p * support(algo)).sum(-1) / p.sum(-1)
+    import torch
+
+    return (torch.softmax(atoms, -1) * torch.as_tensor(support(algo), device=atoms.device)).sum(-1)
 
 
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -128,6 +194,7 @@ class QPolicy:
 
     def __init__(self, spec: NetSpec, algo: Config, seed: int, executors: int = 1) -> None:
         require_discrete(spec)
+        spec = q_spec(algo, spec)
         self.weights = np.zeros(spec.num_params(), np.float32)
         self.net = acting_network(spec, self.weights)
         self.algo, self.executors = algo, executors
@@ -143,7 +210,13 @@ class QPolicy:
     def branches(self, obs: np.ndarray) -> list[np.ndarray]:
         """Each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space)."""
         head, value = self.net(obs)
-        nvec = self.net.spec.action_nvec or (head.shape[1],)
+        spec = self.net.spec
+        if spec.atoms > 1:  # [B, A, atoms], dueling per atom; Q their expectation
+            atoms = head.reshape(len(head), spec.n_actions, spec.atoms)
+            if self.algo.dueling:
+                atoms = value[:, None] + atoms - atoms.mean(axis=1, keepdims=True)
+            return [expected_q(self.algo, atoms)]
+        nvec = spec.action_nvec or (head.shape[1],)
         parts = np.split(head, np.cumsum(nvec)[:-1], axis=1)
         return [dueling_numpy(a, value) if self.algo.dueling else a for a in parts]
 
@@ -217,6 +290,10 @@ class DQN(Algorithm):
     def make_policy(cls, cfg, spec: NetSpec, seed: int, executors: int = 1) -> QPolicy:
         return QPolicy(spec, cfg.algo, seed, executors)
 
+    @classmethod
+    def weights_size(cls, cfg, spec: NetSpec) -> int:
+        return q_spec(cfg.algo, spec).num_params()
+
     def __init__(self, cfg, spec: NetSpec, seed: int) -> None:
         import torch
 
@@ -224,6 +301,7 @@ class DQN(Algorithm):
 
         super().__init__(cfg, spec, seed)
         require_discrete(spec)
+        spec = self.spec = q_spec(cfg.algo, spec)
         torch.manual_seed(seed)
         self.algo: Config = cfg.algo
         self.device = resolve_device(cfg.device)
@@ -260,10 +338,19 @@ class DQN(Algorithm):
         parts = head.split(list(self.spec.action_nvec), dim=1) if self.spec.factorized else (head,)
         return [value[:, None] + a - a.mean(dim=1, keepdim=True) if self.algo.dueling else a for a in parts]
 
+    def atoms(self, model, obs):
+        """A distributional head's atoms [B, A, atoms] of ``model`` (dueling: V + A - mean_a A per atom)."""
+        head, value = model(obs)
+        atoms = head.unflatten(1, (self.spec.n_actions, self.spec.atoms))
+        return value[:, None] + atoms - atoms.mean(dim=1, keepdim=True) if self.algo.dueling else atoms
+
     def loss(self, batch: dict):
         """Huber loss of Q(s, a) against the (double) n-step target, weighted by ``weight`` if given;
         returns (loss, TD errors [B], mean Q(s, a)). With branches, each branch's Q_d(s, a_d) is
-        regressed on one target whose bootstrap is the mean over the branches (BDQ's)."""
+        regressed on one target whose bootstrap is the mean over the branches (BDQ's). A
+        distributional head's loss is :meth:`distributional_loss`'s."""
+        if self.spec.atoms > 1:
+            return self.distributional_loss(batch)
         import torch
         import torch.nn.functional as F
 
@@ -291,6 +378,39 @@ class DQN(Algorithm):
         if "weight" in batch:
             per_sample = per_sample * batch["weight"]
         return per_sample.mean(), td.detach(), q.detach().mean()
+
+    def distributional_loss(self, batch: dict):
+        """C51's cross-entropy with the projected target distribution, or QR-DQN's quantile Huber loss
+        (see the module doc), per transition, weighted by ``weight`` if given; returns (loss, the
+        per-transition losses [B] as the priorities' TD errors, mean Q(s, a))."""
+        import torch
+
+        obs, next_obs, B = batch["obs"], batch["next_obs"], len(batch["obs"])
+        rows = torch.arange(B, device=obs.device)
+        if self.algo.double:  # one forward pass for s and s' (the online network's atoms of s' pick a*)
+            both = self.atoms(self.main, torch.cat([obs, next_obs]))
+            atoms, picker = both[:B], both[B:].detach()
+        else:
+            atoms = self.atoms(self.main, obs)
+        chosen = atoms[rows, batch["action"]]  # [B, atoms]
+        with torch.no_grad():
+            target = self.atoms(self.target, next_obs)
+            q_next = expected_q(self.algo, picker if self.algo.double else target)
+            if "next_mask" in batch:
+                q_next = masked(q_next, batch["next_mask"])
+            best = target[rows, q_next.argmax(dim=1)]  # [B, atoms]
+            ret, discount = batch["ret"][:, None], batch["discount"][:, None]
+            if self.algo.distributional == "c51":
+                goal = project(torch.softmax(best, -1), ret, discount, self.algo)
+            else:
+                goal = ret + discount * best
+        if self.algo.distributional == "c51":
+            per_sample = -(goal * torch.log_softmax(chosen, -1)).sum(-1)
+        else:
+            per_sample = quantile_huber(chosen, goal)
+        q = expected_q(self.algo, chosen.detach()).mean()
+        loss = (per_sample * batch["weight"]).mean() if "weight" in batch else per_sample.mean()
+        return loss, per_sample.detach(), q
 
     # -- update -----------------------------------------------------------------------------------
     def learn(self, handout: Handout, progress: float) -> dict[str, float]:
@@ -355,6 +475,37 @@ class DQN(Algorithm):
         self.updates = int(state["updates"])
         if self.graph is not None:  # the optimizer's state tensors were replaced: capture anew
             self.graph = CapturedStep(self.gradient_step, self.device)
+
+
+def project(probs, ret, discount, algo: Config):
+    """C51's projection: the distribution of G + discount z under ``probs`` [B, atoms] (``ret``,
+    ``discount`` [B, 1]), clipped to [v_min, v_max], onto the support z, each value's probability
+    split between its two neighbouring atoms in proportion to their closeness. [B, atoms]."""
+    import torch
+
+    n, dz = algo.atoms, (algo.v_max - algo.v_min) / (algo.atoms - 1)
+    z = torch.as_tensor(support(algo), device=probs.device)
+    b = ((ret + discount * z).clamp(algo.v_min, algo.v_max) - algo.v_min) / dz  # fractional atom index [B, atoms]
+    lower, upper = b.floor().long(), b.ceil().long()
+    lower[(upper > 0) & (lower == upper)] -= 1  # on an atom exactly: all of it to that atom
+    upper[(lower < n - 1) & (lower == upper)] += 1
+    goal = torch.zeros_like(probs)
+    goal.scatter_add_(1, lower, probs * (upper - b))
+    goal.scatter_add_(1, upper, probs * (b - lower))
+    return goal
+
+
+def quantile_huber(quantiles, goal):
+    """QR-DQN's loss per transition [B]: quantiles theta [B, N] at tau_i = (2i + 1) / 2N against the
+    target samples ``goal`` [B, N]: sum_i mean_j |tau_i - 1{u_ij < 0}| Huber(u_ij), u_ij = goal_j - theta_i."""
+    import torch
+    import torch.nn.functional as F
+
+    n = quantiles.shape[1]
+    tau = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / n
+    u = goal[:, None, :] - quantiles[:, :, None]  # [B, i, j]
+    huber = F.smooth_l1_loss(quantiles[:, :, None].expand_as(u), goal[:, None, :].expand_as(u), reduction="none")
+    return ((tau[None, :, None] - (u.detach() < 0).to(u.dtype)).abs() * huber).mean(2).sum(1)
 
 
 Algorithm = DQN

@@ -31,16 +31,11 @@ class MaskFromObservation(gymnasium.Wrapper):
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
-        rest = {k: s for k, s in env.observation_space.spaces.items() if k != KEY}
-        if not rest:
-            raise ConfigError(f"env.id: the observation Dict {env.observation_space} holds only an action mask")
-        self.single = next(iter(rest)) if len(rest) == 1 else None
-        self.observation_space = rest[self.single] if self.single else gymnasium.spaces.Dict(rest)
+        self.observation_space = without_mask(env.observation_space)
 
     def _split(self, obs: dict, info: dict) -> tuple:
-        obs = dict(obs)
-        mask = obs.pop(KEY)
-        return (obs[self.single] if self.single else obs), {**info, KEY: mask}
+        obs, mask = split_mask(obs)
+        return obs, {**info, KEY: mask}
 
     def reset(self, **kwargs):
         return self._split(*self.env.reset(**kwargs))
@@ -61,6 +56,21 @@ def width(actions) -> int:
     if isinstance(actions, gymnasium.spaces.Box):
         return 0
     return sum(action_nvec(actions))
+
+
+def without_mask(space: gymnasium.spaces.Dict) -> gymnasium.Space:
+    """A Dict observation space with an ``action_mask`` entry, less that entry (the one other entry's
+    space where only one is left)."""
+    rest = {k: s for k, s in space.spaces.items() if k != KEY}
+    if not rest:
+        raise ConfigError(f"env.id: the observation Dict {space} holds only an action mask")
+    return next(iter(rest.values())) if len(rest) == 1 else gymnasium.spaces.Dict(rest)
+
+
+def split_mask(obs: dict) -> tuple:
+    """(the observation of :func:`without_mask`'s space, the mask) of a Dict observation."""
+    rest = {k: v for k, v in obs.items() if k != KEY}
+    return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[KEY]
 
 
 def mask_in_observation(space: gymnasium.Space) -> bool:

@@ -21,6 +21,11 @@ the environment. Its row reports terminated or truncated only when the whole env
 every row of that environment does: ``terminated`` where the agent ended by termination (at any
 time in the episode), else ``truncated``. A row's episode is thus its environment's episode, and
 ``terminated`` still says whether its value may be bootstrapped from the end.
+
+Action masks: where every agent observes a Dict with an ``action_mask`` entry (and ``env.action_mask``
+is not false), the entry leaves the stored observation (:mod:`mlxe.envs.masks`) and ``action_mask``
+[E * N, n] holds each row's legal actions (an agent with fewer actions has the rest illegal; a row
+whose agent is absent allows everything: its action is not passed on).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
 
 from mlxe.config import ConfigError
+from mlxe.envs import masks
 
 
 def make_parallel_env(factory: Callable[[], Any]) -> ParallelEnv:
@@ -65,7 +71,7 @@ class AgentRows:
     ``row_bounds`` each row's own agent's (low [rows, A], high [rows, A]), which actions are clipped to.
     """
 
-    def __init__(self, factory: Callable[[], Any], num_envs: int, seed: int) -> None:
+    def __init__(self, factory: Callable[[], Any], num_envs: int, seed: int, action_mask: bool | None = None) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.envs = [make_parallel_env(factory) for _ in range(num_envs)]
@@ -77,10 +83,21 @@ class AgentRows:
                 raise ConfigError(f"the factory's environments differ in possible_agents: {self.agents} and {env.possible_agents}")
         self.index = {agent: i for i, agent in enumerate(self.agents)}
         self.agent_spaces = {a: (self.envs[0].observation_space(a), self.envs[0].action_space(a)) for a in self.agents}
+        self.masked = action_mask is not False and all(masks.mask_in_observation(s) for s, _ in self.agent_spaces.values())
+        if action_mask and not self.masked:
+            raise ConfigError("env.action_mask: true, but not every agent observes a Dict with an 'action_mask' entry")
+        if self.masked:
+            self.agent_spaces = {a: (masks.without_mask(o), s) for a, (o, s) in self.agent_spaces.items()}
         self.num_envs = num_envs * len(self.agents)
         self.seed = seed
         self._observations()
         self._actions()
+        self.action_mask = self.final_action_mask = None  # [E * N, n] where masked
+        if self.masked:
+            if self.bounds is not None:
+                raise ConfigError("env.action_mask: the agents' masks need Discrete actions, not Box actions")
+            self.mask_width = self.n_actions
+            self.action_mask = self._all_legal()
         # rows of agents that ended by termination in their environment's episode in progress
         self.by_termination = np.zeros(self.num_envs, bool)
 
@@ -151,15 +168,23 @@ class AgentRows:
             return np.asarray(obs, np.uint8)
         return np.asarray(gym.spaces.flatten(self.agent_spaces[agent][0], obs), np.float32).reshape(-1)
 
-    def _write(self, out: np.ndarray, base: int, observations: dict, agents) -> None:
-        """The observations of ``agents`` (the others' rows stay zero) into environment rows from ``base``."""
+    def _all_legal(self) -> np.ndarray:
+        return np.ones((self.num_envs, self.mask_width), bool)
+
+    def _write(self, out: np.ndarray, base: int, observations: dict, agents, mask: np.ndarray | None = None) -> None:
+        """The observations of ``agents`` (the others' rows stay zero) into environment rows from
+        ``base``, their action masks into ``mask`` where the environments have them."""
         for agent in agents:
             if agent in observations:
-                row = base + self.index[agent]
+                row, obs = base + self.index[agent], observations[agent]
+                if self.masked:
+                    obs, legal = masks.split_mask(obs)
+                    n = int(self.agent_spaces[agent][1].n)
+                    mask[row, :n], mask[row, n:] = masks.read_mask({masks.KEY: legal}, n, f"agent {agent!r}"), False
                 if self.images:
-                    out[row] = self.stored(agent, observations[agent])
+                    out[row] = self.stored(agent, obs)
                 else:
-                    out[row, : self.obs_dims[agent]] = self.stored(agent, observations[agent])
+                    out[row, : self.obs_dims[agent]] = self.stored(agent, obs)
 
     def _action(self, agent, action):
         """A row's action as ``agent``'s environment takes it: a Python int, or the (clipped) vector in the space's dtype."""
@@ -175,9 +200,10 @@ class AgentRows:
         environments' RNGs continue). Rows of agents absent at the start observe zeros."""
         obs = np.zeros((self.num_envs, *self.obs_shape), self.obs_dtype)
         N = len(self.agents)
+        mask = self.action_mask = self._all_legal() if self.masked else None
         for e, env in enumerate(self.envs):
             o, _ = env.reset(seed=self.seed + e if seeded else None)
-            self._write(obs, e * N, o, env.agents)
+            self._write(obs, e * N, o, env.agents, mask)
         self.by_termination[:] = False
         return obs
 
@@ -196,6 +222,7 @@ class AgentRows:
         reward = np.zeros(rows, np.float32)
         terminated, truncated = np.zeros(rows, bool), np.zeros(rows, bool)
         final = None
+        mask = self.action_mask = self._all_legal() if self.masked else None
         for e, env in enumerate(self.envs):
             base = e * N
             live = list(env.agents)
@@ -206,7 +233,7 @@ class AgentRows:
                 self.by_termination[row] |= bool(term.get(a, False))
             present = live + [a for a in env.agents if a not in live]  # agents spawned in this step observe too
             if env.agents:
-                self._write(obs, base, o, present)
+                self._write(obs, base, o, present, mask)
                 continue
             ended = slice(base, base + N)
             terminated[ended] = self.by_termination[ended]
@@ -214,12 +241,15 @@ class AgentRows:
             self.by_termination[ended] = False
             if final is None:
                 final = np.zeros_like(obs)
-            self._write(final, base, o, present)
+                self.final_action_mask = self._all_legal() if self.masked else None
+            self._write(final, base, o, present, self.final_action_mask)
             o, _ = env.reset()
-            self._write(obs, base, o, env.agents)
+            self._write(obs, base, o, env.agents, mask)
         if final is not None:
             going = ~(terminated | truncated)
             final[going] = obs[going]
+            if self.masked:
+                self.final_action_mask[going] = mask[going]
         return obs, reward, terminated, truncated, final
 
     def state_dict(self) -> list[dict]:

@@ -7,7 +7,9 @@ of the learner's moves: the opponent replies (as often as the game gives it the 
 learner observes again, and when the learner plays second the opponent's first move is made in
 ``reset``. The reward is the learner's, summed over its move and the replies (+1 win, -1 loss, 0
 draw in the classic games); the episode terminates when the game ends and is truncated where the
-game truncates it.
+game truncates it. The game is made without PettingZoo's checking wrappers (``raw_env`` where the
+module has one; they cost more than a connect-four move): an illegal move by the learner ends the game
+as PettingZoo's ``TerminateIllegalWrapper`` would (reward -1), one by the opponent is an error.
 
 The observation stays a Dict with the learner's ``action_mask`` (which :mod:`mlxe.envs.masks` reads);
 its ``observation`` is flattened to float32 (``flatten``, the default: the boards are small int8
@@ -34,7 +36,7 @@ SEATS = ("random", "first", "second")
 
 
 class AgainstOpponent(gymnasium.Env):
-    """``game`` ("package.module" of a PettingZoo AEC game with ``env()``, e.g.
+    """``game`` ("package.module" of a PettingZoo AEC game with ``raw_env()`` or ``env()``, e.g.
     ``pettingzoo.classic.connect_four_v3``) made with ``kwargs``; see the module doc."""
 
     metadata = {"render_modes": []}
@@ -44,12 +46,14 @@ class AgainstOpponent(gymnasium.Env):
         if seat not in SEATS:
             raise ValueError(f"env.kwargs.seat: {seat!r} is not one of {', '.join(map(repr, SEATS))}")
         try:
-            self.game = importlib.import_module(game).env(**(kwargs or {}))
+            module = importlib.import_module(game)
+            self.game = getattr(module, "raw_env", module.env)(**(kwargs or {}))
         except (ImportError, AttributeError) as e:
             raise ValueError(f"env.kwargs.game: cannot make {game!r} (expected a module with env()): {e}") from e
         self.players = list(self.game.possible_agents)
         if len(self.players) != 2:
             raise ValueError(f"env.kwargs.game: {game!r} has the players {self.players}; expected two")
+        self.opponent = opponent
         self.choose = self._random if opponent == "random" else _function(opponent)
         self.seat, self.flatten = seat, flatten
         space = self.game.observation_space(self.players[0])
@@ -69,8 +73,9 @@ class AgainstOpponent(gymnasium.Env):
         raw = self.game.observe(self.learner)
         board = raw["observation"] if isinstance(raw, dict) else raw
         if self.flatten:
-            board = gymnasium.spaces.flatten(self.board_space, board).astype(np.float32)
-        return {"observation": board, "action_mask": np.asarray(_mask(raw, self.action_space.n), np.int8)}
+            board = np.asarray(board, np.float32).reshape(-1)
+        self.legal = _mask(raw, self.action_space.n)
+        return {"observation": board, "action_mask": self.legal.astype(np.int8)}
 
     def _over(self) -> tuple[bool, bool]:
         terminated = self.game.terminations.get(self.learner, True)
@@ -81,7 +86,12 @@ class AgainstOpponent(gymnasium.Env):
         reward = 0.0
         while not any(self._over()) and self.game.agent_selection != self.learner:
             raw = self.game.observe(self.game.agent_selection)
-            self.game.step(self.choose(raw, _mask(raw, self.action_space.n), self.np_random))
+            mask = _mask(raw, self.action_space.n)
+            action = int(self.choose(raw, mask, self.np_random))
+            if not 0 <= action < len(mask) or not mask[action]:
+                raise ValueError(f"the opponent ({self.opponent}) chose action {action}, which is not legal: "
+                                 f"{np.flatnonzero(mask).tolist()}")
+            self.game.step(action)
             reward += float(self.game.rewards.get(self.learner, 0.0))
         return reward
 
@@ -95,7 +105,11 @@ class AgainstOpponent(gymnasium.Env):
         return self._observe(), {}
 
     def step(self, action):
-        self.game.step(int(action))
+        action = int(action)
+        if not self.legal[action]:  # the game is lost, as PettingZoo's TerminateIllegalWrapper scores it
+            obs = self._observe()
+            return obs, -1.0, True, False, {}
+        self.game.step(action)
         reward = float(self.game.rewards.get(self.learner, 0.0)) + self._replies()
         terminated, truncated = self._over()
         return self._observe(), reward, terminated, truncated, {}

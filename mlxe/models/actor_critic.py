@@ -103,6 +103,10 @@ class NetSpec:
     custom: str | None = None
     obs_parts: tuple[tuple[tuple[int, ...], str, float], ...] = ()  # a Dict or Tuple observation's parts
     core: str = "none"  # a recurrent core after the trunk: "lstm" or "gru" of ``core_size`` units
+    init: str = "torch"  # the initial weights: "torch" or "orthogonal" (ModelConfig.init)
+    # a distributional Q head (DQN's C51 or QR-DQN): ``atoms`` values per action from the policy head
+    # ([*B, n_actions * atoms], action-major) and ``atoms`` from the value head (the dueling stream's)
+    atoms: int = 1
     core_size: int = 128
 
     def __post_init__(self) -> None:
@@ -116,6 +120,8 @@ class NetSpec:
             raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
         if self.action_nvec and (self.continuous or sum(self.action_nvec) != self.n_actions or min(self.action_nvec) < 1):
             raise ValueError(f"NetSpec: action_nvec {self.action_nvec} needs categorical actions, n_actions their sum")
+        if self.atoms < 1 or (self.atoms > 1 and (self.continuous or self.factorized)):
+            raise ValueError(f"NetSpec: atoms {self.atoms} needs one categorical action space (a distributional Q head)")
         if self.action_mask and self.continuous:
             raise ConfigError(
                 "env.action_mask: a mask of legal actions needs categorical actions, not the Box action space's "
@@ -266,7 +272,7 @@ class NetSpec:
         return [
             chain([self.features(), *self.trunk]),
             chain([body, *self.policy_head, self.head_size()]),
-            chain([body, *self.value_head, 1]),
+            chain([body, *self.value_head, self.atoms]),
         ]
 
     def log_std_params(self) -> int:
@@ -274,9 +280,9 @@ class NetSpec:
         return self.n_actions if self.continuous and self.std == "state_independent" else 0
 
     def head_size(self) -> int:
-        """Width of the policy head's output: A logits (Discrete), A means, or A means and A std inputs
-        (Box, ``std="softplus"``)."""
-        return self.n_actions * (2 if self.continuous and self.std == "softplus" else 1)
+        """Width of the policy head's output: A logits (Discrete; A x ``atoms`` for a distributional Q
+        head), A means, or A means and A std inputs (Box, ``std="softplus"``)."""
+        return self.n_actions * (2 if self.continuous and self.std == "softplus" else self.atoms)
 
     def num_params(self) -> int:
         """P, the length of the flat parameter vector."""
@@ -509,16 +515,20 @@ class NumpyActorCritic:
         policy = self.mlp(h, self._policy, True)
         if self.continuous:
             policy = self._gaussian(policy)
-        return policy, self.mlp(h, self._value, True)[:, 0], state
+        return policy, self._value_of(h), state
 
     def __call__(self, obs: np.ndarray):
         """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
-        or (mean [B, A], std [B, A]) (Box)."""
+        or (mean [B, A], std [B, A]) (Box); a distributional head's value is [B, atoms]."""
         h = self.feed_forward(obs)
         policy = self.mlp(h, self._policy, True)
         if self.continuous:
             policy = self._gaussian(policy)
-        return policy, self.mlp(h, self._value, True)[:, 0]
+        return policy, self._value_of(h)
+
+    def _value_of(self, h: np.ndarray) -> np.ndarray:
+        out = self.mlp(h, self._value, True)
+        return out[:, 0] if self.spec.atoms == 1 else out
 
     def _gaussian(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A]), as the torch module's ``gaussian``."""
@@ -590,7 +600,7 @@ def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = Fal
         encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
         channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size, obs_parts=parts,
-        action_mask=action_mask,
+        action_mask=action_mask, init=m.init,
     )
 
 

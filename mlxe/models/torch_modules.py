@@ -100,6 +100,8 @@ class ActorCritic(nn.Module):
                 self.core = RecurrentCore(spec)
             self.policy = mlp(policy, spec.activation, last_linear=True, noisy=spec.noisy_policy)
             self.value = mlp(value, spec.activation, last_linear=True)
+            if spec.init == "orthogonal":
+                self.orthogonal_init()
         if spec.continuous:
             center, scale = spec.action_center_scale()
             self.register_buffer("center", torch.as_tensor(center), persistent=False)
@@ -107,7 +109,8 @@ class ActorCritic(nn.Module):
             if spec.custom is None:
                 last = self.policy[-1]
                 with torch.no_grad():  # start at mean ~ center, std ~ exp(log_std_init) in every state
-                    last.weight.mul_(0.01)
+                    if spec.init != "orthogonal":  # (orthogonal: already at a gain of 0.01)
+                        last.weight.mul_(0.01)
                     last.bias.zero_()
                     if spec.std == "softplus":
                         last.bias[spec.n_actions :] = spec.softplus_bias()
@@ -115,6 +118,21 @@ class ActorCritic(nn.Module):
                 self.log_std = LogStd(spec.n_actions, spec.log_std_init)
         if spec.custom is not None:
             check_custom(self, spec)
+
+    def orthogonal_init(self) -> None:
+        """Stable-Baselines3's initialization: every linear and convolution layer orthogonal of gain
+        sqrt(2) (biases 0), then the policy head's last layer of gain 0.01 and the value head's of 1;
+        NoisyNet layers keep their own."""
+        def init(layer: nn.Module, gain: float) -> None:
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+
+        for layer in self.modules():
+            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                init(layer, math.sqrt(2))
+        for head, gain in ((self.policy, 0.01), (self.value, 1.0)):
+            if isinstance(head[-1], nn.Linear):
+                init(head[-1], gain)
 
     def noisy_layers(self) -> list[NoisyLinear]:
         return [m for m in self.modules() if isinstance(m, NoisyLinear)]
@@ -134,7 +152,12 @@ class ActorCritic(nn.Module):
         if self.spec.recurrent:
             raise ValueError("a network with a recurrent core reads sequences with their state: call sequence()")
         h = self.trunk(self.encoder(obs))
-        return self.policy(h), self.value(h).squeeze(-1)
+        return self.policy(h), self.value_of(h)
+
+    def value_of(self, h: torch.Tensor) -> torch.Tensor:
+        """The value head's output: V [*lead] (a distributional Q head's stream: [*lead, atoms])."""
+        value = self.value(h)
+        return value.squeeze(-1) if self.spec.atoms == 1 else value
 
     def forward(self, obs: torch.Tensor):
         head, value = self.body(obs)
@@ -145,7 +168,7 @@ class ActorCritic(nn.Module):
         state zeroed before the steps where ``resets`` [T, B] is True: (policy, value [T, B], the state
         after the last step), ``policy`` as :meth:`forward` gives it with leading axes [T, B]."""
         h, state = self.core(self.trunk(self.encoder(obs)), state, resets)
-        head, value = self.policy(h), self.value(h).squeeze(-1)
+        head, value = self.policy(h), self.value_of(h)
         return self.distribution(head), value, state
 
     def distribution(self, head: torch.Tensor):

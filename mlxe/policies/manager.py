@@ -21,7 +21,7 @@ from mlxe.config import Config
 from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
 from mlxe.policies.mapping import PolicyPlan, cached_plans
-from mlxe.policies.rule import RulePolicy
+from mlxe.policies.rule import IllegalAction, RulePolicy
 
 BASE_FIELDS = ("obs", "action", "reward", "terminated", "truncated")
 
@@ -79,14 +79,23 @@ class JointPolicy:
                 state[f"{plan.name}/{k}"] = full
         return state or None
 
-    def act(self, obs: np.ndarray, state: State, greedy: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
+    def act(self, obs: np.ndarray, state: State, greedy: bool = False,
+            mask: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
+        """As :meth:`mlxe.core.Policy.act` for every row; ``mask`` [rows, n]: each row's legal actions
+        (each policy reads its agents' first n of them, n its own number of actions)."""
         width = len(obs)
         actions = np.zeros((width, *self.action_shape), self.action_dtype)
         fields = {k: np.zeros((width, *f.shape), f.dtype) for k, f in self.record.items()}
         next_state = None if state is None else {k: v.copy() for k, v in state.items()}
         for plan, policy, rows in zip(self.plans, self.policies, self.rows(width)):
             own_obs = obs[rows] if plan.obs_dim is None else obs[rows, : plan.obs_dim]
-            action, extras, own_state = policy.act(own_obs, _own(state, plan.name, rows), greedy)
+            own = {} if mask is None else {"mask": mask[rows, : plan.actions]}
+            try:
+                action, extras, own_state = policy.act(own_obs, _own(state, plan.name, rows), greedy, **own)
+            except IllegalAction as e:
+                row = int(rows[e.row])
+                agent = plan.agents[int(np.flatnonzero(plan.index == row % self.agents)[0])]
+                raise IllegalAction(f"agent {agent!r}: {e}", row) from None
             actions[rows] = action
             for k, v in extras.items():
                 fields[f"{plan.name}/{k}"][rows] = v
@@ -177,12 +186,17 @@ class PolicyManager(Algorithm):
         position[rows] = np.arange(len(rows))
         keep = position[segment.final_env] >= 0
         final_state = _own(segment.final_state, plan.name)
+        masks = {}
+        if "action_mask" in segment.steps:  # its agents' first n actions, n its own
+            n = plan.actions
+            steps["action_mask"] = segment.steps["action_mask"][:, rows, :n]
+            masks = {"next_mask": segment.next_mask[rows, :n], "final_mask": segment.final_mask[keep, :n]}
         return Segment(
             executor=segment.executor, version=segment.version, steps=steps, next_obs=cut(segment.next_obs[rows]),
             final_t=segment.final_t[keep], final_env=position[segment.final_env[keep]],
             final_obs=cut(segment.final_obs[keep]), state=_own(segment.state, plan.name, rows),
             restarted=segment.restarted, next_state=_own(segment.next_state, plan.name, rows),
-            final_state=None if final_state is None else {k: v[keep] for k, v in final_state.items()},
+            final_state=None if final_state is None else {k: v[keep] for k, v in final_state.items()}, **masks,
         )
 
     def learn(self, handout: Handout, progress: float) -> dict[str, float]:

@@ -70,9 +70,9 @@ def plan_policies(cfg: Config) -> tuple[list[PolicyPlan], int]:
     from mlxe.envs.multiagent import AgentRows
     from mlxe.models.actor_critic import net_spec
 
-    probe = AgentRows(pettingzoo_factory(cfg.env), 1, 0)
+    probe = AgentRows(pettingzoo_factory(cfg.env), 1, 0, cfg.env.action_mask)
     try:
-        agents, spaces, dims = list(probe.agents), probe.agent_spaces, probe.obs_dims
+        agents, spaces, dims, masked = list(probe.agents), probe.agent_spaces, probe.obs_dims, probe.masked
         image = len(probe.obs_shape) == 3
         image_space = probe.observation_space
     finally:
@@ -104,7 +104,7 @@ def plan_policies(cfg: Config) -> tuple[list[PolicyPlan], int]:
                 cfg, env=dataclasses.replace(cfg.env, api="gymnasium"), policies={}, agent_to_policy={}
             )
             obs_space = image_space if image else Box(-np.inf, np.inf, (dims[first],), np.float32)
-            plan.spec = net_spec(plan.cfg.model, obs_space, actions)
+            plan.spec = net_spec(plan.cfg.model, obs_space, actions, masked)
         plans.append(plan)
     return plans, len(agents)
 

@@ -29,6 +29,7 @@ from mlxe.envs.serial import GymVec
 from mlxe.envs.vector import CartPoleVec
 from mlxe.models.actor_critic import net_spec
 from mlxe.policies.manager import algorithm_class
+from mlxe.policies.rule import IllegalAction
 from mlxe.runtime.inference import InferenceSlot, RemotePolicy
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.watchdog import Heartbeats
@@ -58,7 +59,7 @@ def make_vector_env(cfg, num_envs: int, seed: int, training: bool = True, execut
         from mlxe.envs.factory import pettingzoo_factory
         from mlxe.envs.multiagent import AgentRows
 
-        return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed)
+        return AgentRows(pettingzoo_factory(cfg.env), num_envs, seed, cfg.env.action_mask)
     if cfg.env.vector == "numpy" or (cfg.env.vector == "auto" and cfg.env.plain_cartpole):
         return CartPoleVec(num_envs, cfg.env.max_episode_steps, seed)
     if cfg.env.vector == "ocean" or (cfg.env.vector == "auto" and cfg.env.id.startswith(PREFIX)):
@@ -185,13 +186,18 @@ class RolloutExecutor:
             if mask is not None:
                 legal = data["action_mask"][t, rows] = mask[rows]
                 self.check_mask(legal, rows, t, begin)
-            if rows is ALL:
-                action, extras, self.state = self.policy.act(seen, self.state, **masking(legal))
-            else:
-                state = None if self.state is None else {k: v[rows] for k, v in self.state.items()}
-                action, extras, state = self.policy.act(seen, state, **masking(legal))
-                for k, v in (state or {}).items():
-                    self.state[k][rows] = v
+            try:
+                if rows is ALL:
+                    action, extras, self.state = self.policy.act(seen, self.state, **masking(legal))
+                else:
+                    state = None if self.state is None else {k: v[rows] for k, v in self.state.items()}
+                    action, extras, state = self.policy.act(seen, state, **masking(legal))
+                    for k, v in (state or {}).items():
+                        self.state[k][rows] = v
+            except IllegalAction as e:  # a rule's: say when
+                env = e.row + (rows.start or 0)
+                raise IllegalAction(f"executor {self.index}, environment row {env}, step "
+                                    f"{int(self.ep_length[env] + t - begin[env])} of its episode: {e}", env) from None
             if t == 0:
                 check_fields(extras, self.record)
             data["obs"][t, rows], data["action"][t, rows] = seen, action

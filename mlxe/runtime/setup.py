@@ -12,7 +12,6 @@ from mlxe.config import Config, ConfigError
 from mlxe.envs.factory import env_spaces, make_env_from_config
 from mlxe.envs.masks import supplies_mask
 from mlxe.models.actor_critic import NetSpec, net_spec
-from mlxe.policies.manager import algorithm_class
 
 
 @dataclass
@@ -72,12 +71,20 @@ def check_masks(cfg: Config, spec: NetSpec) -> None:
             f"env.action_mask: true, but the environments of {cfg.env.id!r} (env.api {cfg.env.api!r}, env.vector "
             f"{cfg.env.vector!r}) supply no action mask"
         )
-    algorithm = algorithm_class(cfg)
-    if spec.action_mask and not algorithm.action_masks:
-        raise ConfigError(
-            f"algo.name: {cfg.algo.name!r} does not use action masks, and {cfg.env.id!r} supplies them; use "
-            f"algo.name {algos.able(lambda a: a.action_masks)}, or set env.action_mask: false to ignore the masks"
-        )
+    if not spec.action_mask:
+        return
+    if cfg.env.api == "pettingzoo":
+        from mlxe.policies.mapping import cached_plans
+
+        named = [(f"policies.{p.name}.algo.name", p.cfg.algo.name) for p in cached_plans(cfg)[0] if p.rule is None]
+    else:
+        named = [("algo.name", cfg.algo.name)]
+    for key, name in named:
+        if not algos.algorithm(name).action_masks:
+            raise ConfigError(
+                f"{key}: {name!r} does not use action masks, and {cfg.env.id!r} supplies them; use "
+                f"algo.name {algos.able(lambda a: a.action_masks)}, or set env.action_mask: false to ignore the masks"
+            )
 
 
 def context(cfg: Config, autograd: bool = False):

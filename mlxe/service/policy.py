@@ -112,6 +112,11 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
         )
     path = checkpoint_file(run_dir, last)
     spec = problem_spec(config)
+    if spec.action_mask:
+        raise ConfigError(
+            f"serve-policy: {run_dir} acts with its environment's action masks, which /v1/act requests do not carry; "
+            "serve-policy serves runs without masks (env.action_mask: false)"
+        )
     state = load_checkpoint(path, expect=run_identity(config, spec))  # another run's is an error naming what differs
     check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
     policy = algorithm_class(config).make_policy(config, spec, config.seed)

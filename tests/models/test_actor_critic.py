@@ -254,3 +254,27 @@ def test_a_factorized_head_holds_every_parts_logits_side_by_side():
         np.testing.assert_allclose(net(obs)[0], policy.logits.numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="action_nvec"):
         NetSpec(obs_shape=5, n_actions=8, action_nvec=(3, 4, 2))
+
+
+def test_orthogonal_init_is_stable_baselines3s():
+    torch.manual_seed(0)
+    model = build_torch(NetSpec(obs_shape=84, n_actions=7, trunk=(), policy_head=(64, 64), value_head=(64, 64),
+                                activation="tanh", init="orthogonal"))
+    hidden, last, value_last = model.policy[0], model.policy[-1], model.value[-1]
+    w = hidden.weight.detach()  # [64, 84]: orthonormal rows, scaled by sqrt(2)
+    torch.testing.assert_close(w @ w.T, 2.0 * torch.eye(64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(last.weight @ last.weight.T, 1e-4 * torch.eye(7), atol=1e-6, rtol=0)
+    torch.testing.assert_close(value_last.weight @ value_last.weight.T, torch.eye(1), atol=1e-5, rtol=0)
+    assert all((m.bias == 0).all() for m in (hidden, last, value_last))
+    logits, _ = model(torch.randn(16, 84))
+    assert logits.abs().max() < 0.2  # a near-uniform first policy
+
+
+def test_model_init_is_refused_where_nothing_reads_it():
+    from mlxe.config import ConfigError
+    from mlxe.loading import load_config
+
+    with pytest.raises(ConfigError, match=r"model.init: 'orthogonal' is not read: model.custom"):
+        load_config(None, ["model.custom=tests.models.test_actor_critic:Nothing", "model.init=orthogonal"])
+    with pytest.raises(ConfigError, match=r"model.init: not supported with algo.name 'sac'"):
+        load_config("configs/zoo/sac/Pendulum-v1.yaml", ["model.init=orthogonal"])

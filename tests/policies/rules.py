@@ -19,3 +19,13 @@ def balance(obs: np.ndarray) -> np.ndarray:
 
 def wrong_shape(obs: np.ndarray) -> np.ndarray:
     return np.zeros((len(obs), 2), np.int64)
+
+
+def first_action(obs: np.ndarray) -> np.ndarray:
+    """Action 0 whatever the mask says (illegal half of the time in tests.policies.envs:MaskedPair)."""
+    return np.zeros(len(obs), np.int64)
+
+
+def first_legal(obs: np.ndarray) -> np.ndarray:
+    """MaskedPair: the first legal action, read from the observation (the legal actions as 0/1)."""
+    return np.argmax(obs[:, :4], axis=1)

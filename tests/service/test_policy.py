@@ -279,6 +279,14 @@ def test_a_multi_agent_run_is_refused_at_start(tmp_path):
     assert not (run_dir / "policy_service.json").exists()
 
 
+def test_a_run_with_action_masks_is_refused_at_start(tmp_path):
+    run_dir = tmp_path / "masked"
+    run_dir.mkdir()
+    save_config(load_config(ROOT / "configs/connect_four_ppo.yaml"), run_dir / "config.yaml")
+    with pytest.raises(ConfigError, match="acts with its environment's action masks, which /v1/act requests do not carry"):
+        PolicyService(run_dir, "127.0.0.1:0").start()
+
+
 def test_box_actions_are_lists_of_floats_within_the_bounds(tmp_path):
     from mlxe.runtime.setup import problem_spec
 

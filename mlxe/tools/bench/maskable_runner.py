@@ -108,8 +108,10 @@ def solve(args: argparse.Namespace) -> dict:
     model.learn(total_timesteps=args.max_steps, callback=callback)
     wall = time.perf_counter() - learn_started
     steps, mean = callback.result if callback.result else (model.num_timesteps, float("nan"))
+    import sb3_contrib
+
     return {"goal_reached": callback.result is not None, "env_steps": int(steps), "train_s": wall - callback.eval_s,
-            "eval_s": callback.eval_s, "eval_return": mean}
+            "eval_s": callback.eval_s, "eval_return": mean, "version": sb3_contrib.__version__}
 
 
 def main() -> None:

@@ -84,7 +84,8 @@ def bench_masked(config: str | Path = CONFIG, seeds: int = 3, sb3_python: str | 
         "| | success | env steps | train wall s |",
         "|---|---|---|---|",
     ]
-    names = {"mlxe": f"MLxE ({config})", "maskable_ppo": "sb3-contrib MaskablePPO"}
+    version = results["maskable_ppo"][0]["version"] if results["maskable_ppo"] else ""
+    names = {"mlxe": f"MLxE ({config}, arch {cfg.arch})", "maskable_ppo": f"sb3-contrib {version} MaskablePPO"}
     for side in (["mlxe", "maskable_ppo"] if sb3_python else ["mlxe"]):
         lines.append(f"| {names[side]} | {len(column(side, 'env_steps'))}/{len(results[side])} | "
                      f"{median_range(column(side, 'env_steps'), 0)} | {median_range(column(side, 'train_s'), 2)} |")
