@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	# PufferLib's compiled Ocean games (mlxe/envs/ocean.py): its wheel pins old NumPy and Gymnasium,
 	# which MLxE does not use from it; a CPython 3.11 Linux x86-64 wheel only
 	$(BIN)/pip install --quiet --no-deps --only-binary=:all: pufferlib==2.0.2 || echo "PufferLib's Ocean games not installed: their tests skip"
+	# MinAtar's games need only NumPy and Gymnasium; its declared dependencies (pandas, seaborn, ...) render
+	$(BIN)/pip install --quiet --no-deps minatar==1.0.15
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -21,9 +21,10 @@ from mlxe.config import ConfigError, apply_overrides
 
 ZOO = Path(__file__).resolve().parents[1] / "configs" / "zoo"
 
-DISCRETE_ONLY = ("a3c", "dqn")
+Q_LEARNING = ("dqn", "rainbow")
+DISCRETE_ONLY = ("a3c", *Q_LEARNING)
 CONTINUOUS_ONLY = ("ddpg", "td3", "sac")
-OFF_POLICY = ("dqn",) + CONTINUOUS_ONLY
+OFF_POLICY = Q_LEARNING + CONTINUOUS_ONLY
 DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac", "parts": "ppo"}
 
 BUDGET_ENV_STEPS = 1_000_000
@@ -72,6 +73,12 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
                  "noise": {"name": "gaussian", "sigma": 0.1}},
         "rollout": {"steps": 16},
     },
+}
+
+# Rainbow: DQN's, exploring by its noise (no epsilon)
+ALGO_DEFAULTS["rainbow"] = {
+    "algo": {k: v for k, v in ALGO_DEFAULTS["dqn"]["algo"].items() if k != "epsilon_end"},
+    "rollout": dict(ALGO_DEFAULTS["dqn"]["rollout"]),
 }
 
 # APPO and IMPALA (no Stable-Baselines3 counterpart): PPO's and A2C's, with V-trace's lambda 1
@@ -218,7 +225,7 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
     off_policy = algo in OFF_POLICY
     continuous = facts.action_kind == "continuous"
     executors, envs = (1, 1) if off_policy else (2, 8)
-    if algo == "dqn":
+    if algo in Q_LEARNING:
         envs = 4
     if algo == "a3c":
         envs = 1  # the study's A3C: one environment per Executor
@@ -250,7 +257,7 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
         tree["algo"].update({"lr": 2.5e-4, "batch_size": 256, "epochs": 4, "clip": 0.1, "entropy_coef": 0.01,
                              "gamma": 0.99, "gae_lambda": 0.95}
                             if algo == "ppo" else {"entropy_coef": 0.01})
-    if facts.image and algo == "dqn":
+    if facts.image and algo in Q_LEARNING:
         tree["algo"].update({"buffer_size": 100_000, "learning_starts": 10_000, "target_period": 1_000})
 
     per_iteration = executors * envs * max(int(tree["rollout"].get("steps", 32)), 1)
@@ -278,7 +285,7 @@ def _model(algo: str, facts: EnvFacts) -> dict[str, Any]:
         return {"encoder": "cnn", **conv, "trunk": [512], "policy_head": [], "value_head": [], "activation": "relu"}
     if algo in OFF_POLICY:
         # The actor and each critic: 256-256 ReLU (Stable-Baselines3's SAC and TD3; its DQN: 64-64).
-        width = [64, 64] if algo == "dqn" else [256, 256]
+        width = [64, 64] if algo in Q_LEARNING else [256, 256]
         return {"trunk": width, "policy_head": [], "value_head": [], "activation": "relu"}
     if algo == "a3c":
         return {}

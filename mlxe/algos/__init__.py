@@ -24,6 +24,7 @@ ALGORITHMS = {
     "impala": "mlxe.algos.impala",
     "pg": "mlxe.algos.pg",
     "dqn": "mlxe.algos.dqn",
+    "rainbow": "mlxe.algos.rainbow",
     "ddpg": "mlxe.algos.ddpg",
     "td3": "mlxe.algos.td3",
     "sac": "mlxe.algos.sac",

@@ -97,12 +97,17 @@ class Config(AlgoConfig):
     atoms: int = 51
     v_min: float = -10.0  # c51's support
     v_max: float = 10.0
+    # NoisyNet (Fortunato et al., 2018): factorized Gaussian noisy layers in the advantage stream (the
+    # policy head), their noise drawn anew for every act and, in the online and target networks, for
+    # every gradient step; greedy evaluation uses the mean weights. Set the epsilon keys to 0 to explore
+    # by the noise alone.
+    noisy: bool = False
 
     def check(self, cfg) -> None:
         super().check(cfg)
         if cfg.model.core != "none":
             raise ConfigError(
-                f"model.core: {cfg.model.core!r} is not supported by algo.name 'dqn' (its replay samples single steps); "
+                f"model.core: {cfg.model.core!r} is not supported by algo.name {self.name!r} (its replay samples single steps); "
                 "use ppo, a2c or pg, or model.core=none"
             )
         for key in ("batch_size", "buffer_size", "updates_per_step", "n_step", "target_period", "exploration_steps"):
@@ -118,16 +123,16 @@ class Config(AlgoConfig):
         if self.tau == 0.0:
             raise ConfigError("algo.tau: 0.0 is not allowed; the target would never move (expected (0, 1])")
         if cfg.model.noisy_policy:
-            raise ConfigError("model.noisy_policy: not supported with algo.name 'dqn' (exploration is epsilon-greedy)")
+            raise ConfigError(f"model.noisy_policy: not read by algo.name {self.name!r}; its NoisyNet layers are algo.noisy")
         if cfg.filters.obs:
             raise ConfigError(
-                "filters.obs: not supported with algo.name 'dqn' (its replay would mix observations normalized "
+                f"filters.obs: not supported with algo.name {self.name!r} (its replay would mix observations normalized "
                 "by statistics that keep moving)"
             )
         unread = {"atoms": self.distributional == "none", "v_min": self.distributional != "c51",
                   "v_max": self.distributional != "c51"}
         for key, ignored in unread.items():
-            if ignored and getattr(self, key) != getattr(Config, key):
+            if ignored and getattr(self, key) != getattr(type(self), key):
                 raise ConfigError(f"algo.{key}: {getattr(self, key)!r} is not read with algo.distributional "
                                   f"{self.distributional!r}; remove it")
         if self.distributional != "none":
@@ -155,6 +160,8 @@ def require_discrete(spec: NetSpec) -> None:
 def q_spec(algo: Config, spec: NetSpec) -> NetSpec:
     """The network DQN builds for the environment's ``spec``: with a distributional head, ``atoms``
     values per action (one Discrete space only)."""
+    if algo.noisy:
+        spec = dataclasses.replace(spec, noisy_policy=True)
     if algo.distributional == "none":
         return spec
     if spec.factorized:
@@ -227,6 +234,8 @@ class QPolicy:
     def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, {}, None); each branch explores
         on its own; ``mask`` [E, A]: the legal actions (no other is chosen, greedy or exploring)."""
+        if self.net.spec.noisy_policy:  # exploration by new noise each act; evaluation by the mean weights
+            self.net.noise_off() if greedy else self.net.reset_noise(self.rng)
         branches = self.branches(obs)
         legal = None if mask is None else np.split(mask, np.cumsum([q.shape[1] for q in branches])[:-1], axis=1)
         if legal is not None:
@@ -310,7 +319,8 @@ class DQN(Algorithm):
         self.target.load_state_dict(self.main.state_dict())
         self.target.requires_grad_(False)
         a = self.algo
-        captured = a.cuda_graph and self.device.type == "cuda"
+        # (a noisy network's noise is drawn in the step: not captured, whose replays would repeat it)
+        captured = a.cuda_graph and self.device.type == "cuda" and not a.noisy
         # capturable: Adam's step counts stay on the device, as a captured step needs
         self.optimizer = Deferred(
             lambda: torch.optim.Adam(self.main.parameters(), lr=a.lr, fused=True, capturable=captured)
@@ -439,6 +449,9 @@ class DQN(Algorithm):
         tensor: nothing is read back to Python, so the step can be captured in a CUDA graph."""
         import torch
 
+        if self.algo.noisy:
+            self.main.reset_noise()
+            self.target.reset_noise()
         loss, td, q = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

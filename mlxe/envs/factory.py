@@ -21,6 +21,7 @@ __all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action"
            "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
+MINATAR_EXTRA = "pip install 'mlxe[minatar]'"
 pomdp.register()
 ocean.register()
 
@@ -127,6 +128,23 @@ def _register_atari() -> None:
     gymnasium.register_envs(ale_py)
 
 
+def _register_minatar() -> None:
+    """Register MinAtar's ids (``MinAtar/Breakout-v1``, ...: 10x10 bool planes, channels last); its
+    import's warnings about the optional plotting packages it renders with are not shown."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        import minatar.gym
+    except ImportError as exc:
+        raise ConfigError(f"MinAtar environments need the minatar package: {MINATAR_EXTRA} ({exc})") from exc
+    finally:
+        root.setLevel(level)
+    minatar.gym.register_envs()
+
+
 def _atari_preprocessing(env: gymnasium.Env) -> gymnasium.Env:
     try:
         return gymnasium.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
@@ -161,6 +179,8 @@ def _make_registered(
 ) -> gymnasium.Env:
     if env_id not in gymnasium.registry and (env_id.startswith("ALE/") or "NoFrameskip" in env_id):
         _register_atari()
+    if env_id not in gymnasium.registry and env_id.startswith("MinAtar/"):
+        _register_minatar()
     if env_id not in gymnasium.registry:
         matches = difflib.get_close_matches(env_id, list(gymnasium.registry.keys()), n=3)
         hint = (

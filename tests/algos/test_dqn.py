@@ -323,7 +323,7 @@ def test_config_checks():
         cfg("algo.updates_per_step=0")
     with pytest.raises(ConfigError, match=r"algo\.tau: 0\.0 is not allowed"):
         cfg("algo.tau=0")
-    with pytest.raises(ConfigError, match=r"model\.noisy_policy: not supported with algo\.name 'dqn'"):
+    with pytest.raises(ConfigError, match=r"model\.noisy_policy: not read by algo\.name 'dqn'; its NoisyNet layers are algo\.noisy"):
         cfg("model.noisy_policy=true")
 
 

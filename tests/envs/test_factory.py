@@ -252,3 +252,12 @@ def test_a_discrete_space_that_does_not_start_at_0_is_shifted():
     vec.reset()
     vec.step(np.array([0, 2]))  # the environment asserts that its space holds the action
     vec.close()
+
+
+def test_minatar_ids_register_on_first_use():
+    pytest.importorskip("minatar")
+    env = make_env("MinAtar/Breakout-v1")
+    assert env.observation_space.shape == (10, 10, 4) and env.observation_space.dtype == bool
+    assert env.action_space.n == 3  # the minimal action set: left, stay, right
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == bool

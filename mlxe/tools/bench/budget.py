@@ -31,9 +31,6 @@ def bench_budget(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Run the benchmark; returns the path of the markdown report."""
-    from mlxe.api import train
-    from mlxe.loading import load_config
-
     config = config or zoo_config(algo, env_id)
     out = bench_dir(f"budget-{env_id}-{algo}", out_dir)
     base = [
@@ -44,8 +41,7 @@ def bench_budget(
     results: dict[str, list[dict]] = {"mlxe": [], "sb3": []}
     import_optimizer_machinery()
     for seed in range(seeds):
-        s = train(load_config(config, [*base, f"seed={seed}", f"name={algo}-seed{seed}"])).summary
-        mine = {"env_steps": s["env_steps"], "train_s": s["wall_s"] - s["eval_s"], "return": s["evaluation_last"]["mean_return"]}
+        mine = train_budget(config, base, seed, algo)
         results["mlxe"].append(mine)
         line = f"seed {seed}: MLxE return {mine['return']:.1f} in {mine['train_s']:.1f} s"
         if sb3_python:
@@ -56,23 +52,40 @@ def bench_budget(
         print(line, flush=True)
         (out / "results.json").write_text(json.dumps(results, indent=2))
 
-    sides = ["mlxe", "sb3"] if sb3_python else ["mlxe"]
     names = {"mlxe": f"MLxE ({Path(config).name})", "sb3": "Stable-Baselines3 (RL-Zoo)"}
     lines = [
         f"# {algo.upper()} on {env_id}: greedy return after {steps:,} env steps, {seeds} seed(s)",
         "",
         f"Mean of {eval_episodes} greedy episodes after training; wall time of the training alone. Median [min-max].",
         "",
-        "| | return | train wall s |",
-        "|---|---|---|",
+        *budget_table(results, names, "sb3" if sb3_python else None, "SB3", digits=1),
     ]
-    for side in sides:
-        rows = results[side]
-        lines.append(f"| {names[side]} | {median_range([r['return'] for r in rows], 1)} | "
-                     f"{median_range([r['train_s'] for r in rows], 1)} |")
-    if sb3_python:
-        ours, theirs = (np.median([r["train_s"] for r in results[side]]) for side in ("mlxe", "sb3"))
-        lines += ["", f"- wall-time ratio MLxE / SB3 (medians): {ours / theirs:.2f}"]
     path = out / "budget.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def train_budget(config: str | Path, overrides: list[str], seed: int, name: str) -> dict:
+    """One MLxE run of a fixed-budget side-by-side (``overrides`` set the budget and the closing
+    evaluation): its env steps, training wall time and closing greedy mean return."""
+    from mlxe.api import train
+    from mlxe.loading import load_config
+
+    s = train(load_config(config, [*overrides, f"seed={seed}", f"name={name}-seed{seed}"])).summary
+    return {"env_steps": s["env_steps"], "train_s": s["wall_s"] - s["eval_s"], "return": s["evaluation_last"]["mean_return"]}
+
+
+def budget_table(results: dict[str, list[dict]], names: dict[str, str], peer: str | None, peer_name: str,
+                 digits: int = 2) -> list[str]:
+    """The lines of a fixed-budget side-by-side's table: each side's median [min-max] greedy return
+    (``digits``) and training wall time, MLxE's first, and the wall-time ratio of MLxE to ``peer``
+    (the key of the other side's runs in ``results``; None: MLxE ran alone)."""
+    lines = ["| | return | train wall s |", "|---|---|---|"]
+    for side in ["mlxe", peer] if peer else ["mlxe"]:
+        rows = results[side]
+        lines.append(f"| {names[side]} | {median_range([r['return'] for r in rows], digits)} | "
+                     f"{median_range([r['train_s'] for r in rows], 1)} |")
+    if peer:
+        ours, theirs = (np.median([r["train_s"] for r in results[side]]) for side in ("mlxe", peer))
+        lines += ["", f"- wall-time ratio MLxE / {peer_name} (medians): {ours / theirs:.2f}"]
+    return lines

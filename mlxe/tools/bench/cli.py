@@ -127,6 +127,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_masked(args.config, seeds=args.seeds, sb3_python=args.sb3_python, overrides=args.overrides,
                            out_dir=args.out)
+    elif args.bench == "qrdqn":
+        from mlxe.tools.bench.qrdqn import bench_qrdqn
+
+        out = bench_qrdqn(args.config, seeds=args.seeds, sb3_python=args.sb3_python, overrides=args.overrides,
+                          out_dir=args.out)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -282,6 +287,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      "connect four against a random player", "configs/connect_four_ppo.yaml")
     b.add_argument("--seeds", type=int, default=3)
     b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and pettingzoo: run MaskablePPO side by side")
+    b = bench_parser("qrdqn", "QR-DQN vs sb3-contrib's QR-DQN, same settings: the greedy return after the config's "
+                     "budget on MinAtar's Breakout, and the training's wall time", "configs/minatar_breakout_qrdqn.yaml")
+    b.add_argument("--seeds", type=int, default=3)
+    b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and minatar: run its QR-DQN side by side")
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
                          "Executor scaling, Pong frames/s and time to 20")
     b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")

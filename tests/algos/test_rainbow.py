@@ -1,5 +1,6 @@
-"""DQN's distributional heads (mlxe.algos.dqn): C51's projection and QR-DQN's quantile Huber loss by
-hand, the expected Q the Executors act on, a loss that a few steps lower, and the keys' errors."""
+"""Rainbow's parts of DQN (mlxe.algos.dqn): C51's projection and QR-DQN's quantile Huber loss by hand,
+the expected Q the Executors act on, a loss that a few steps lower, NoisyNet exploration, the
+``rainbow`` defaults, and the keys' errors."""
 
 import numpy as np
 import pytest
@@ -94,3 +95,40 @@ def test_branches_are_not_distributional(tmp_path):
         "algo.distributional=qr"])
     with pytest.raises(ConfigError, match=r"algo.distributional: 'qr' needs one Discrete action space, not the 3"):
         mlxe.train(config)
+
+
+def test_rainbow_is_dqn_with_its_six_parts_on():
+    algo = load_config(None, ["algo.name=rainbow"]).algo
+    assert (algo.double, algo.dueling, algo.prioritized, algo.n_step, algo.distributional, algo.noisy) == (
+        True, True, True, 3, "c51", True)
+    assert algo.epsilon_start == algo.epsilon_end == 0.0
+    assert load_config(None, ["algo.name=rainbow", "algo.distributional=qr", "algo.atoms=32"]).algo.atoms == 32
+
+
+def test_noisy_acting_explores_by_its_noise_and_evaluates_with_the_mean_weights():
+    config = cfg("algo.noisy=true", "algo.epsilon_start=0", "algo.epsilon_end=0")
+    learner = pair(DQN, config, SPEC, 0)
+    with torch.no_grad():  # noise large enough to change the argmax often
+        for layer in learner.main.noisy_layers():
+            layer.sigma_w.fill_(2.0)
+    policy = QPolicy(SPEC, config.algo, 0)
+    policy.load(learner.weights())
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    explored = [policy.act(obs, None)[0] for _ in range(4)]
+    assert any((a != explored[0]).any() for a in explored[1:])  # new noise every act
+    greedy = policy.act(obs, None, greedy=True)[0]
+    assert (policy.act(obs, None, greedy=True)[0] == greedy).all()
+    learner.main.set_noise(False)
+    with torch.no_grad():
+        mean_q = learner.q_values(learner.main, torch.as_tensor(obs)).numpy()
+    assert (greedy == mean_q.argmax(1)).all()
+
+
+def test_each_gradient_step_draws_new_noise_in_both_networks():
+    learner = pair(DQN, cfg("algo.noisy=true"), SPEC, 0)
+    batch = {"obs": torch.randn(8, 3), "action": torch.zeros(8, dtype=torch.int64), "ret": torch.randn(8),
+             "next_obs": torch.randn(8, 3), "discount": torch.full((8,), 0.9)}
+    before = [layer.eps_out.clone() for net in (learner.main, learner.target) for layer in net.noisy_layers()]
+    learner.gradient_step(batch, target_turn=False)
+    after = [layer.eps_out for net in (learner.main, learner.target) for layer in net.noisy_layers()]
+    assert len(before) == 2 and all(not torch.equal(b, a) for b, a in zip(before, after))
