@@ -17,7 +17,7 @@ from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs import masks, ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
-__all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action", "action_layout", "observation_layout",
+__all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action", "action_layout", "mask_width", "observation_layout",
            "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
@@ -298,6 +298,16 @@ def _env_action(space: gymnasium.Space, parts: np.ndarray):
     for key, part in items:
         out[key], parts = _env_action(part, parts)
     return (out if isinstance(space, gym.spaces.Dict) else tuple(out.values())), parts
+
+
+def mask_width(actions: int | gymnasium.Space) -> int:
+    """An action mask's length for ``actions`` as :func:`env_spaces` gives them: the number of
+    Discrete actions, the sum of a composite's parts' actions, 0 for a Box (no mask)."""
+    if isinstance(actions, int):
+        return actions
+    if isinstance(actions, gymnasium.spaces.Box):
+        return 0
+    return sum(action_nvec(actions))
 
 
 def action_layout(actions: int | gymnasium.Space) -> tuple[tuple[int, ...], np.dtype]:

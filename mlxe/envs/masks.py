@@ -46,18 +46,6 @@ class MaskFromObservation(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def width(actions) -> int:
-    """M, a mask's length for ``actions`` as :func:`~mlxe.envs.factory.env_spaces` gives them: the
-    number of Discrete actions, the sum of a composite's parts' actions, 0 for a Box (no mask)."""
-    from mlxe.envs.factory import action_nvec
-
-    if isinstance(actions, int):
-        return actions
-    if isinstance(actions, gymnasium.spaces.Box):
-        return 0
-    return sum(action_nvec(actions))
-
-
 def without_mask(space: gymnasium.spaces.Dict) -> gymnasium.Space:
     """A Dict observation space with an ``action_mask`` entry, less that entry (the one other entry's
     space where only one is left)."""

@@ -7,7 +7,7 @@ import numpy as np
 
 from mlxe.config import EnvConfig
 from mlxe.envs import masks
-from mlxe.envs.factory import env_spaces, make_env_from_config, observation_layout, to_env_action
+from mlxe.envs.factory import env_spaces, make_env_from_config, mask_width, observation_layout, to_env_action
 
 
 class GymVec:
@@ -45,7 +45,7 @@ class GymVec:
             before = self.state_dict()
             masked = masks.supplies_mask(self.envs[0], env.action_mask, env.id)
             self.load_state_dict(before)
-        self.mask_width = masks.width(self.n_actions)
+        self.mask_width = mask_width(self.n_actions)
         self.action_mask = self.final_action_mask = None
         if masked:
             self.action_mask, self.final_action_mask = np.ones((2, num_envs, self.mask_width), bool)

@@ -36,7 +36,7 @@ import numpy as np
 
 from mlxe.config import EnvConfig
 from mlxe.envs import masks
-from mlxe.envs.factory import action_layout, env_spaces, make_env_from_config, observation_layout
+from mlxe.envs.factory import action_layout, env_spaces, make_env_from_config, mask_width, observation_layout
 
 ALIGN = 64  # bytes: each block starts on its own cache line
 SLOTS = 2  # the double buffer of step results
@@ -106,7 +106,7 @@ class SharedMemoryVec:
         self.obs_shape, self.obs_dtype = shape, np.dtype(dtype)
         self.num_envs, self.env_id = num_envs, env.id
         action_shape, action_dtype = action_layout(self.n_actions)
-        self.mask_width = masks.width(self.n_actions) if masked else 0
+        self.mask_width = mask_width(self.n_actions) if masked else 0
         plan = layout(num_envs, shape, self.obs_dtype, action_shape, action_dtype, self.mask_width)
         fd = os.memfd_create("mlxe-vector-env")
         try:

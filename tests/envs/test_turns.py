@@ -22,9 +22,9 @@ def play(env: AgainstOpponent, games: int, seed: int = 0) -> list[float]:
 def test_a_random_player_wins_about_half_against_a_random_opponent():
     env = AgainstOpponent()
     assert env.observation_space["observation"].shape == (84,) and env.action_space.n == 7
-    returns = np.array(play(env, 200))
+    returns = np.array(play(env, 100))
     assert set(np.unique(returns)) <= {-1.0, 0.0, 1.0}
-    assert 0.35 < (returns == 1).mean() < 0.65
+    assert 0.3 < (returns == 1).mean() < 0.7
 
 
 @pytest.mark.parametrize(("seat", "pieces"), [("first", 0), ("second", 1)])

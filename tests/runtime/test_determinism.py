@@ -34,6 +34,8 @@ RUNS = {
     "trpo": ("configs/zoo/trpo/CartPole-v1.yaml", ["envs_per_executor=2", "rollout.steps=32", "stop.max_env_steps=384",
                                                    "model.trunk=[]"]),  # its value function shares no layer
     "dqn": ("configs/zoo/dqn/CartPole-v1.yaml", [*REPLAY, "algo.exploration_steps=96"]),
+    "rainbow": ("configs/zoo/dqn/CartPole-v1.yaml", [*REPLAY, "algo.name=rainbow", "algo.epsilon_start=0",
+                                                     "algo.epsilon_end=0", "algo.v_min=0", "algo.v_max=50"]),
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),

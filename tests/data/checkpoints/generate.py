@@ -35,6 +35,7 @@ RUNS = {
     "trpo": ("configs/zoo/trpo/CartPole-v1.yaml", ["envs_per_executor=2", "rollout.steps=16", "stop.max_env_steps=1",
                                                    "model.trunk=[]", "model.policy_head=[8]", "model.value_head=[8]"]),
     "dqn": ("configs/zoo/dqn/CartPole-v1.yaml", ["envs_per_executor=1", *REPLAY]),
+    "rainbow": ("configs/zoo/dqn/CartPole-v1.yaml", ["algo.name=rainbow", "envs_per_executor=1", *REPLAY]),
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),

@@ -90,7 +90,7 @@ def test_a_shard_that_dies_stops_the_run_naming_it_and_the_checkpoint_resumes(co
         (["backend=ray", "learner.memorizer=ray", "ray.mode=async_gradients", "algo.name=a3c"],
          r"learner\.memorizer: 'ray' is not allowed with ray\.mode: 'async_gradients'"),
         (["backend=ray", "learner.memorizer=ray", "learner.replay_shards=2", "algo.name=ppo"],
-         r"learner\.replay_shards: 2 is not allowed with algo\.name 'ppo' .* expected 1, or algo\.name 'dqn' or 'ddpg'"),
+         r"learner\.replay_shards: 2 is not allowed with algo\.name 'ppo' .* expected 1, or algo\.name 'dqn' or 'rainbow' or 'ddpg'"),
     ],
 )
 def test_replay_shards_that_cannot_run_are_config_errors_naming_the_keys(overrides, match):
