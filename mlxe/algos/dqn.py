@@ -64,7 +64,7 @@ from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
 from mlxe.models.network import acting_network
 from mlxe.ops.distributions import MultiCategorical, masked
-from mlxe.ops.sampling import mask_logits, sample_categorical
+from mlxe.ops.sampling import log_softmax, mask_logits, sample_categorical
 
 
 @dataclass
@@ -180,9 +180,7 @@ def expected_q(algo: Config, atoms):
     if algo.distributional == "qr":
         return atoms.mean(-1)
     if isinstance(atoms, np.ndarray):
-        z = atoms - atoms.max(-1, keepdims=True)
-        p = np.exp(z)
-        return (p * support(algo)).sum(-1) / p.sum(-1)
+        return (np.exp(log_softmax(atoms)) * support(algo)).sum(-1)
     import torch
 
     return (torch.softmax(atoms, -1) * torch.as_tensor(support(algo), device=atoms.device)).sum(-1)
@@ -234,8 +232,10 @@ class QPolicy:
     def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, {}, None); each branch explores
         on its own; ``mask`` [E, A]: the legal actions (no other is chosen, greedy or exploring)."""
-        if self.net.spec.noisy_policy:  # exploration by new noise each act; evaluation by the mean weights
-            self.net.noise_off() if greedy else self.net.reset_noise(self.rng)
+        if self.net.spec.noisy_policy and greedy:  # evaluation by the mean weights
+            self.net.noise_off()
+        elif self.net.spec.noisy_policy:  # exploration by new noise each act
+            self.net.reset_noise(self.rng)
         branches = self.branches(obs)
         legal = None if mask is None else np.split(mask, np.cumsum([q.shape[1] for q in branches])[:-1], axis=1)
         if legal is not None:

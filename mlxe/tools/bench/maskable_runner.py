@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
-import time
 from pathlib import Path
 
 import gymnasium
@@ -65,7 +63,6 @@ def solve(args: argparse.Namespace) -> dict:
     import torch
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.evaluation import evaluate_policy
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     torch.set_num_threads(1)
@@ -83,35 +80,13 @@ def solve(args: argparse.Namespace) -> dict:
         policy_kwargs={"net_arch": {"pi": s["net_arch"], "vf": s["net_arch"]}, "activation_fn": activation}, verbose=0,
     )
 
-    class Solve(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.eval_s, self.next_eval, self.result = 0.0, args.eval_every, None
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += args.eval_every
-            started = time.perf_counter()
-            mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
-            self.eval_s += time.perf_counter() - started
-            train_s = time.perf_counter() - learn_started - self.eval_s
-            print(f"progress: seed {args.seed}: {self.num_timesteps} steps, greedy mean {mean:.2f} "
-                  f"({train_s:.2f} s of training)", file=sys.stderr, flush=True)
-            if mean >= args.threshold:
-                self.result = (self.num_timesteps, float(mean))
-                return False
-            return True
-
-    callback = Solve()
-    learn_started = time.perf_counter()
-    model.learn(total_timesteps=args.max_steps, callback=callback)
-    wall = time.perf_counter() - learn_started
-    steps, mean = callback.result if callback.result else (model.num_timesteps, float("nan"))
     import sb3_contrib
+    from sb3_runner import learn_to_goal  # the SB3 runner beside this file (the script's directory is on sys.path)
 
-    return {"goal_reached": callback.result is not None, "env_steps": int(steps), "train_s": wall - callback.eval_s,
-            "eval_s": callback.eval_s, "eval_return": mean, "version": sb3_contrib.__version__}
+    def evaluate() -> float:
+        return evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)[0]
+
+    return learn_to_goal(model, args, evaluate) | {"version": sb3_contrib.__version__}
 
 
 def main() -> None:

@@ -114,7 +114,6 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
 
 
 def solve(args: argparse.Namespace) -> dict:
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
@@ -124,6 +123,20 @@ def solve(args: argparse.Namespace) -> dict:
     eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000)
     if normalize:
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+
+    def evaluate() -> float:
+        if normalize:
+            eval_env.obs_rms = model.get_vec_normalize_env().obs_rms
+        return evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)[0]
+
+    return learn_to_goal(model, args, evaluate) | {"n_envs": n_envs}
+
+
+def learn_to_goal(model, args: argparse.Namespace, evaluate) -> dict:
+    """Train ``model`` for at most ``args.max_steps`` env steps, calling ``evaluate()`` (the greedy
+    mean return) every ``args.eval_every`` env steps, until it reaches ``args.threshold``; each
+    evaluation writes a ``progress:`` line to stderr, and its time is left out of ``train_s``."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
     class Solve(BaseCallback):
         def __init__(self) -> None:
@@ -135,15 +148,13 @@ def solve(args: argparse.Namespace) -> dict:
                 return True
             self.next_eval += args.eval_every
             started = time.perf_counter()
-            if normalize:
-                eval_env.obs_rms = model.get_vec_normalize_env().obs_rms
-            mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+            mean = float(evaluate())
             self.eval_s += time.perf_counter() - started
             train_s = time.perf_counter() - learn_started - self.eval_s
-            print(f"progress: seed {args.seed}: {self.num_timesteps} steps, greedy mean {mean:.1f} "
+            print(f"progress: seed {args.seed}: {self.num_timesteps} steps, greedy mean {mean:.2f} "
                   f"({train_s:.2f} s of training)", file=sys.stderr, flush=True)
             if mean >= args.threshold:
-                self.result = (self.num_timesteps, float(mean))
+                self.result = (self.num_timesteps, mean)
                 return False
             return True
 
@@ -158,7 +169,6 @@ def solve(args: argparse.Namespace) -> dict:
         "train_s": wall - callback.eval_s,
         "eval_s": callback.eval_s,
         "eval_return": mean,
-        "n_envs": n_envs,
     }
 
 
