@@ -32,6 +32,10 @@ class TrainResult:
 
 
 def _run(cfg: Config, trainer) -> str:
+    if cfg.selfplay.snapshot_every:  # the training games draw their opponents from the run's pool
+        from mlxe.runtime.selfplay import training_config
+
+        cfg = training_config(cfg, trainer.run_dir)
     if cfg.backend == "ray":  # imported only here: a local run never loads Ray
         from mlxe.runtime.ray.train import run_ray
 
@@ -169,6 +173,7 @@ def evaluate(
     config: Config | None = None,
     last: bool = False,
     video: str | Path | None = None,
+    against: str | Path | None = None,
 ) -> dict:
     """Replay a trained policy greedily (normal starts, no exploration).
 
@@ -176,7 +181,10 @@ def evaluate(
     ``last.pt``) or a checkpoint file. Returns the checkpoint file read, mean/std return,
     mean/min/max length and the per-episode lists. ``video``: an ``.mp4`` or ``.gif`` file to
     record the episodes to (played one after another in a rendering environment; with its frame
-    count and rate in the result).
+    count and rate in the result). ``against`` (a two-player game, :mod:`mlxe.envs.turns`): the
+    opponent instead of the game's own, a self-play snapshot file or another run of the same game
+    (its ``best.pt``) or checkpoint file, which plays from its policy's distribution. The result of
+    a two-player game adds the shares of ``wins``, ``draws`` and ``losses``.
     """
     from mlxe.envs.filters import Filters
     from mlxe.policies.manager import algorithm_class
@@ -205,4 +213,9 @@ def evaluate(
         from mlxe.runtime.video import record_video
 
         return {"checkpoint": str(path), **record_video(config, policy, video, episodes, seed, filters.normalize_obs)}
-    return {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}
+    from mlxe.runtime.selfplay import GAME, outcomes, play_against
+
+    if against is not None:
+        return {"checkpoint": str(path), **play_against(config, policy, Path(against), episodes, seed)}
+    result = {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}
+    return result | outcomes(result["returns"]) if config.env.id == GAME else result

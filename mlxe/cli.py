@@ -91,7 +91,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     result = evaluate(
         args.source, episodes=args.episodes, seed=args.seed, max_episode_steps=args.max_steps, last=args.last,
-        video=args.video,
+        video=args.video, against=args.against,
     )
     if args.json:
         print(json.dumps(result, indent=2))
@@ -105,6 +105,8 @@ def _eval(args: argparse.Namespace) -> int:
         f"mean return {result['mean_return']:.2f} +- {result['std_return']:.2f}; "
         f"length mean {result['mean_length']:.1f}, min {result['min_length']}, max {result['max_length']}"
     )
+    if "wins" in result:
+        print(f"against {result.get('against', 'the game opponent')}: wins {result['wins']:.0%}, draws {result['draws']:.0%}, losses {result['losses']:.0%}")
     return 0
 
 
@@ -198,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None, help="episode step cap (default: the run's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--video", metavar="FILE", help="record the episodes to FILE (.mp4 or .gif; needs mlxe[video])")
+    p.add_argument("--against", metavar="RUN", help="a two-player game: play this run (its best.pt), checkpoint or "
+                   "self-play snapshot (.npz) instead of the game's own opponent")
     p.set_defaults(func=_eval)
 
     p = sub.add_parser("plot", help="overlay the learning curves of several runs on one figure")

@@ -341,6 +341,17 @@ class MemoryConfig:
 
 
 @dataclass
+class SelfPlayConfig:
+    """Self-play against the learner's own snapshots in a two-player game (mlxe.runtime.selfplay)."""
+
+    snapshot_every: int = 0  # env steps between snapshots of the published policy; 0: no self-play
+    keep: int = 10  # the newest snapshots in play (older ones stay on disk)
+    sample: Literal["latest", "uniform", "prioritized"] = "prioritized"  # which snapshot a game draws
+    share: float = 0.8  # of the training games, those against a snapshot (the rest: env.kwargs.opponent)
+    games: int = 20  # evaluation games against each snapshot in play, for the ratings
+
+
+@dataclass
 class StopConfig:
     goal_episode_length: int | None = 50_000  # stop when one episode lasts this long
     max_episodes: int | None = None
@@ -483,6 +494,7 @@ class Config:
     policies: dict[str, PolicyConfig] = field(default_factory=dict)
     agent_to_policy: dict[str, str] = field(default_factory=dict)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
@@ -687,6 +699,7 @@ def check(cfg: Config) -> None:
             "env.wrappers or env.frame_stack); expected 'auto', 'serial' or 'shm'"
         )
     _check_ocean(cfg)
+    _check_selfplay(cfg)
     _check_env_groups(cfg)
     _check_inference(cfg)
     _check_gradient_workers(cfg)
@@ -698,6 +711,39 @@ def check(cfg: Config) -> None:
             raise ConfigError(
                 f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
             )
+
+
+TWO_PLAYER_GAME = "mlxe.envs.turns:AgainstOpponent"  # the environment self-play plays
+
+
+def _check_selfplay(cfg: Config) -> None:
+    sp = cfg.selfplay
+    if sp.snapshot_every == 0:
+        changed = changed_keys(to_dict(sp), dataclasses.asdict(SelfPlayConfig()), "selfplay")
+        if changed:
+            raise ConfigError(f"{changed[0]}: is set, but self-play is off (selfplay.snapshot_every: 0); set both or neither")
+        return
+    for key in ("snapshot_every", "keep", "games"):
+        if getattr(sp, key) < 1:
+            raise ConfigError(f"selfplay.{key}: {getattr(sp, key)!r} is not allowed; expected an integer >= 1")
+    if not 0.0 <= sp.share <= 1.0:
+        raise ConfigError(f"selfplay.share: {sp.share!r} is not allowed; expected a probability in [0, 1]")
+    if cfg.env.id != TWO_PLAYER_GAME:
+        raise ConfigError(
+            f"selfplay.snapshot_every: self-play plays a two-player game through env.id {TWO_PLAYER_GAME!r}, not {cfg.env.id!r}"
+        )
+    if not cfg.env.kwargs.get("flatten", True):
+        raise ConfigError("selfplay.snapshot_every: the snapshots read the flattened board; env.kwargs.flatten must be true")
+    if cfg.backend == "ray":
+        raise ConfigError(
+            "selfplay.snapshot_every: the pool's snapshots are files in the run directory, which Executors on "
+            "other nodes cannot read; self-play runs with backend: local"
+        )
+    if cfg.stop.eval_return is None:
+        raise ConfigError(
+            "selfplay.snapshot_every: the ratings are measured at the evaluations, which stop.eval_return turns on; "
+            "set it (above the game's best return, e.g. 2, to rate the learner all run long)"
+        )
 
 
 def _check_env_groups(cfg: Config) -> None:

@@ -143,7 +143,7 @@ def test_defaults_alone_solve_pendulum(tmp_path):
                                                 "stop.eval_episodes=20", "stop.eval_every=32", "run.eval_after=20",
                                                 # one intra-op thread instead of two: the same results,
                                                 # and no OpenMP threads spinning against the suite's other worker
-                                                "torch_threads=1"], zoo=False)
+                                                "torch_threads=1", "start_method=fork"], zoo=False)
     summary = mlxe.train(from_dict(chosen.tree)).summary
     assert summary["stop_reason"] == "eval_return", summary
     assert summary["evaluation"]["mean_return"] >= -300

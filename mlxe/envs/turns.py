@@ -16,9 +16,12 @@ its ``observation`` is flattened to float32 (``flatten``, the default: the board
 planes an MLP reads well) or kept as the game gives it.
 
 The opponent (``opponent``): ``"random"``, a uniform choice among its legal actions, or
-``"package.module:function"``, called as ``function(observation, mask, rng) -> action`` with the
-opponent's own observation as the game gives it. The learner's seat (``seat``) is ``"random"`` (drawn
-at each reset from the environment's RNG), ``"first"`` or ``"second"``.
+``"package.module:name"``: a function called as ``function(observation, mask, rng) -> action`` with
+the opponent's own observation as the game gives it, or a class made with ``opponent_kwargs`` whose
+instances are called so, and whose ``new_game(rng)`` (where it has one) is called at each reset
+before any move: an opponent that changes from game to game, as self-play's pool of snapshots does
+(:mod:`mlxe.runtime.selfplay`). The learner's seat (``seat``) is ``"random"`` (drawn at each reset
+from the environment's RNG), ``"first"`` or ``"second"``.
 
 This module imports only Gymnasium, NumPy and PettingZoo, so that another framework's benchmark
 process can load it by path and play the same game.
@@ -42,7 +45,8 @@ class AgainstOpponent(gymnasium.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, game: str = "pettingzoo.classic.connect_four_v3", opponent: str = "random",
-                 seat: str = "random", flatten: bool = True, kwargs: dict[str, Any] | None = None) -> None:
+                 seat: str = "random", flatten: bool = True, kwargs: dict[str, Any] | None = None,
+                 opponent_kwargs: dict[str, Any] | None = None) -> None:
         if seat not in SEATS:
             raise ValueError(f"env.kwargs.seat: {seat!r} is not one of {', '.join(map(repr, SEATS))}")
         try:
@@ -54,7 +58,7 @@ class AgainstOpponent(gymnasium.Env):
         if len(self.players) != 2:
             raise ValueError(f"env.kwargs.game: {game!r} has the players {self.players}; expected two")
         self.opponent = opponent
-        self.choose = self._random if opponent == "random" else _function(opponent)
+        self.choose = load_opponent(opponent, opponent_kwargs)
         self.seat, self.flatten = seat, flatten
         space = self.game.observation_space(self.players[0])
         self.board_space = space["observation"] if isinstance(space, gymnasium.spaces.Dict) else space
@@ -65,9 +69,6 @@ class AgainstOpponent(gymnasium.Env):
         self.observation_space = gymnasium.spaces.Dict(
             {"observation": board, "action_mask": gymnasium.spaces.Box(0, 1, (int(self.action_space.n),), np.int8)}
         )
-
-    def _random(self, observation, mask: np.ndarray, rng: np.random.Generator) -> int:
-        return int(rng.choice(np.flatnonzero(mask)))
 
     def _observe(self) -> dict:
         raw = self.game.observe(self.learner)
@@ -101,6 +102,9 @@ class AgainstOpponent(gymnasium.Env):
         first = self.seat == "first" or (self.seat == "random" and self.np_random.random() < 0.5)
         order = list(self.game.agents)
         self.learner = order[0] if first else order[1]
+        new_game = getattr(self.choose, "new_game", None)
+        if new_game is not None:
+            new_game(self.np_random)
         self._replies()
         return self._observe(), {}
 
@@ -123,9 +127,29 @@ def _mask(raw, n: int) -> np.ndarray:
     return np.asarray(raw["action_mask"], bool) if isinstance(raw, dict) and "action_mask" in raw else np.ones(n, bool)
 
 
-def _function(path: str):
-    module, _, name = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"env.kwargs.opponent: cannot load {path!r} (expected 'random' or 'package.module:function'): {e}") from e
+def random_move(observation, mask: np.ndarray, rng: np.random.Generator) -> int:
+    """The random player: a uniform choice among the legal actions."""
+    return int(rng.choice(np.flatnonzero(mask)))
+
+
+def load_opponent(path: str, kwargs: dict[str, Any] | None = None):
+    """The opponent ``path`` names (see the module doc): a function, or an instance of a class made
+    with ``kwargs``."""
+    if path == "random":
+        found = random_move
+    else:
+        module, _, name = path.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ValueError(
+                f"env.kwargs.opponent: cannot load {path!r} (expected 'random' or 'package.module:name'): {e}"
+            ) from e
+    if isinstance(found, type):
+        try:
+            return found(**(kwargs or {}))
+        except TypeError as e:
+            raise ValueError(f"env.kwargs.opponent_kwargs: cannot make {path!r} with {kwargs or {}}: {e}") from e
+    if kwargs:
+        raise ValueError(f"env.kwargs.opponent_kwargs: {path!r} is a function, which takes no kwargs (got {sorted(kwargs)})")
+    return found

@@ -239,6 +239,8 @@ def _serve(control, conns, memories, blocks, cfg, spec, seed, weights: SharedWei
             state = {k: np.concatenate([arrays[i][f"in.{k}"][:n] for i, _, n in group]) for k in state_keys} or None
             masks = {"mask": np.concatenate([arrays[i]["action_mask"][:n] for i, _, n in group])} if spec.action_mask else {}
             action, extras, next_state = policy.act(obs, state, greedy, **masks)
+            stats[0] += 1  # counted before the answers: a reader woken by one sees the call
+            stats[1] += len(group)
             start = 0
             for i, token, n in group:
                 rows, out = slice(start, start + n), arrays[i]
@@ -249,8 +251,6 @@ def _serve(control, conns, memories, blocks, cfg, spec, seed, weights: SharedWei
                     out[f"out.{k}"][:n] = next_state[k][rows]
                 conns[i].send_bytes(ANSWER.pack(b"A", token, 0))
                 start += n
-            stats[0] += 1
-            stats[1] += len(group)
 
 
 class InferenceServer:

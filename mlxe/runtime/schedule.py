@@ -46,6 +46,7 @@ from mlxe.runtime.evaluation import evaluate_vectorized
 from mlxe.runtime.inference import NAME, InferenceServer, check_resume, serves
 from mlxe.runtime.learner import Learner, build_learner
 from mlxe.runtime.rollout import rollout_loop
+from mlxe.runtime.selfplay import SelfPlay, against
 from mlxe.runtime.setup import Seeds, context, problem_spec, replacement_seed
 from mlxe.runtime.status import ExecutorStatus, StatusFile
 from mlxe.runtime.threads import limit_threads
@@ -384,6 +385,10 @@ def _schedule(
 
     publish()
     evaluation_policy = algorithm.make_policy(cfg, spec, seeds.evaluation)
+    selfplay = None
+    if cfg.selfplay.snapshot_every:
+        selfplay = SelfPlay(cfg, trainer.run_dir, spec, trainer.env_steps)
+    info: dict[str, float] = {}
 
     def roles() -> dict:
         collector.drain()
@@ -396,9 +401,18 @@ def _schedule(
 
     def evaluate() -> float:
         evaluation_policy.load(learner.weights())
-        result = evaluate_vectorized(
-            cfg, evaluation_policy, cfg.stop.eval_episodes, seeds.evaluation, filters.normalize_obs
-        )
+        if selfplay is None:
+            result = evaluate_vectorized(cfg, evaluation_policy, cfg.stop.eval_episodes, seeds.evaluation, filters.normalize_obs)
+            return result["mean_return"]
+        # the evaluation against the game's own opponent, then the ratings against the pool: columns of
+        # this iteration's metrics row (info, which the row is written from after the evaluation)
+        result = evaluate_vectorized(against(cfg), evaluation_policy, cfg.stop.eval_episodes, seeds.evaluation)
+
+        def play(snapshot) -> list[float]:
+            games = evaluate_vectorized(against(cfg, snapshot), evaluation_policy, cfg.selfplay.games, seeds.evaluation)
+            return games["returns"]
+
+        info.update(selfplay.rate(play, result["returns"]))
         return result["mean_return"]
 
     budget = cfg.stop.max_env_steps
@@ -424,6 +438,8 @@ def _schedule(
         progress = min(1.0, trainer.env_steps / budget) if budget else 0.0
         before = learner.updates
         info = learner.update(progress)
+        if selfplay is not None:  # before the weights that follow it play: a synchronous run stays reproducible
+            selfplay.snapshot(trainer.env_steps, trainer.iteration + 1, learner.weights)
         publish()
         info.update(act_s=t1 - t0, learn_s=time.perf_counter() - t1)
         rollouts.close_iteration(learner.updates - before, info, evaluate, roles, collected)

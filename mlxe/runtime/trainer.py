@@ -366,7 +366,19 @@ class Trainer:
             plot_learning_curve(
                 self.run_dir / "episodes.csv", self.run_dir / "learning_curve.png", self.cfg.run.window, self.cfg.name
             )
+            if self.cfg.selfplay.snapshot_every:
+                self._plot_rating()
         return summary
+
+    def _plot_rating(self) -> None:
+        """A self-play run's Elo rating against its env steps (``rating.png``)."""
+        from mlxe.telemetry.metrics import read_csv
+        from mlxe.telemetry.plots import line_chart
+
+        metrics = read_csv(self.run_dir / "metrics.csv")
+        if "selfplay/rating" in metrics:
+            line_chart(metrics["env_steps"], metrics["selfplay/rating"], "env steps", "Elo rating (the game's own opponent: 0)",
+                       self.run_dir / "rating.png", self.cfg.name)
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -16,7 +16,7 @@ from mlxe.models.actor_critic import NetSpec
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.workers import WorkerFailed
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 @st.composite

@@ -10,7 +10,7 @@ from mlxe.loading import load_config
 from mlxe.policies.manager import algorithm_class
 from mlxe.runtime.setup import problem_spec
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 def parts_config(tmp_path, algo: str, kind: str, *overrides: str):

@@ -14,7 +14,7 @@ from mlxe.models.actor_critic import NetSpec
 from tests.learners import pair
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16,), policy_head=(), value_head=(), activation="relu")
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 def cfg(*overrides):

@@ -13,7 +13,7 @@ from mlxe.runtime.rollout import RolloutExecutor
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 def config(algo: str, *overrides: str):

@@ -27,7 +27,7 @@ def test_pong_ppo_trains_a_few_iterations(tmp_path, vector):
     cfg = mlxe.load_config("configs/pong_ppo.yaml", [
         f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
         "arch=is", "executors=1", "envs_per_executor=2", "rollout.steps=16", "algo.batch_size=16", "stop.max_env_steps=64",
-        "torch_threads=1", f"env.vector={vector}",
+        "torch_threads=1", f"env.vector={vector}", "start_method=fork",
     ])
     summary = mlxe.train(cfg).summary
     assert summary["stop_reason"] == "max_env_steps" and summary["updates"] == 2 * 4 * 2, summary

@@ -63,3 +63,28 @@ def test_bad_opponents_seats_and_games_are_errors_naming_the_key():
         AgainstOpponent(game="nowhere.game")
     with pytest.raises(ValueError, match="env.kwargs.opponent: cannot load 'nowhere:player'"):
         AgainstOpponent(opponent="nowhere:player")
+    with pytest.raises(ValueError, match=r"env.kwargs.opponent_kwargs: 'tests.envs.test_turns:leftmost' is a function"):
+        AgainstOpponent(opponent="tests.envs.test_turns:leftmost", opponent_kwargs={"depth": 2})
+    with pytest.raises(ValueError, match=r"env.kwargs.opponent_kwargs: cannot make 'tests.envs.test_turns:Counting'"):
+        AgainstOpponent(opponent="tests.envs.test_turns:Counting", opponent_kwargs={"depth": 2})
+
+
+class Counting:
+    """An opponent with state: the games it was told of, and the leftmost legal move."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.games = start
+
+    def new_game(self, rng) -> None:
+        self.games += 1
+
+    def __call__(self, observation, mask, rng) -> int:
+        return leftmost(observation, mask, rng)
+
+
+def test_an_opponent_class_is_made_with_its_kwargs_and_told_of_each_game_before_its_first_move():
+    env = AgainstOpponent(seat="second", opponent="tests.envs.test_turns:Counting", opponent_kwargs={"start": 10})
+    for game in range(3):
+        obs, _ = env.reset(seed=game)
+        assert env.choose.games == 11 + game
+        assert obs["observation"].reshape(6, 7, 2)[5, 0, 1] == 1  # its first move: the leftmost column

@@ -74,7 +74,8 @@ def test_acting_one_step_at_a_time_matches_the_sequence(spec):
 
 
 def lstm_config(tmp_path, *overrides):
-    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+    quiet = [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+             "start_method=fork"]
     return mlxe.load_config("configs/zoo/ppo/CartPoleNoVel-v1.yaml", [
         *quiet, "filters.obs=false", "filters.reward=false", "model.core_size=16", "model.policy_head=[16]",
         "model.value_head=[16]", *overrides,

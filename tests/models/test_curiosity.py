@@ -79,7 +79,8 @@ def test_the_forward_loss_does_not_train_the_embedding():
 
 
 def quiet(tmp_path):
-    return [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+    return [f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0",
+            "start_method=fork"]
 
 
 def test_ppo_with_curiosity_logs_both_rewards_and_resumes(tmp_path):

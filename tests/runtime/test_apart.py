@@ -83,7 +83,7 @@ def test_the_executors_leave_a_core_to_each_role_process():
 
 def test_a_run_apart_checkpoints_both_roles_and_resumes(tmp_path):
     cfg = load_config("configs/cartpole_a3c.yaml", [f"run.dir={tmp_path}", *QUIET, *APART, "stop.max_episodes=40",
-                                                    "stop.goal_episode_length=null"])
+                                                    "stop.goal_episode_length=null", "start_method=fork"])
     first = mlxe.train(cfg)
     state = load_checkpoint(first.run_dir)
     assert first.summary["stop_reason"] == "max_episodes"

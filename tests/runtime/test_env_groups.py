@@ -15,7 +15,7 @@ from mlxe.runtime.rollout import RolloutExecutor, reset_state
 from mlxe.runtime.setup import problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 # (groups, served first): Sample Factory's double buffer, and an asynchronous pool of 4

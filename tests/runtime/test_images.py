@@ -20,7 +20,7 @@ from mlxe.runtime.transport.workers import ProcessPool
 from tests.learners import pair
 
 CATCH = "tests.envs.catch:Catch"
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 # A small CNN for the 10x5 board: one 3x3 convolution, then the trunk.
 CNN = ["model.encoder=cnn", "model.conv=[[16,3,1]]", "model.trunk=[64]", "model.policy_head=[]", "model.value_head=[]"]
 

@@ -23,7 +23,7 @@ from mlxe.runtime.setup import context, problem_spec
 from mlxe.runtime.transport.weights import SharedWeights
 from mlxe.runtime.transport.workers import WorkerFailed
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 CATCH = ["env.id=tests.envs.catch:Catch", "env.max_episode_steps=20", "model.encoder=cnn", "model.conv=[[16,3,1]]",
          "model.trunk=[64]", "model.policy_head=[]", "model.value_head=[]"]
 # (config, overrides): a CNN, an LSTM core, and DQN's epsilon schedule (the server's policy state)

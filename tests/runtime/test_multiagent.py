@@ -5,7 +5,7 @@ import pytest
 import mlxe
 from mlxe.runtime.checkpoints import load_checkpoint
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 def quiet(tmp_path, *overrides):

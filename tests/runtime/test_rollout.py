@@ -13,7 +13,7 @@ from mlxe.runtime.rollout import make_vector_env
 from mlxe.telemetry.metrics import read_csv
 from tests.runtime.test_device import assert_same_tensors
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 @pytest.mark.parametrize(("overrides", "batched"), [

@@ -4,7 +4,7 @@ import json
 
 import mlxe
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 
 
 def test_a_local_run_writes_its_status(tmp_path):

@@ -16,7 +16,7 @@ from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.runtime.watchdog import Heartbeats
 from mlxe.telemetry.metrics import read_csv
 
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0"]
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=fork"]
 HANG = "env.id=tests.runtime.bad_envs:BadCartPole"
 
 
