@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxe.algos.device import to_cpu
-from mlxe.algos.optim import Deferred
+from mlxe.algos.optim import Deferred, set_lr
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import NetSpec
 
@@ -25,9 +25,9 @@ class IntrinsicReward:
 
         if spec.custom is not None:
             raise ConfigError("icm.enabled: the curiosity module builds its encoder from model:, not from model.custom")
-        self.beta, self.device = icm.beta, device
+        self.beta, self.lr, self.device = icm.beta, icm.lr, device
         self.module = Curiosity(spec, icm.features, icm.hidden, icm.nu).to(device)
-        self.optimizer = Deferred(lambda: torch.optim.Adam(self.module.parameters(), lr=icm.lr))
+        self.optimizer = Deferred(lambda: torch.optim.Adam(self.module.parameters(), lr=self.lr))
         self.seen = np.zeros(3)  # steps, extrinsic and intrinsic reward since the last metrics()
         self.losses: list = []  # (forward, inverse) per step since the last metrics()
 
@@ -73,3 +73,4 @@ class IntrinsicReward:
     def load_state_dict(self, state: dict) -> None:
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
+        set_lr(self.optimizer, self.lr)

@@ -31,7 +31,7 @@ import numpy as np
 
 from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.optim import Deferred, FiniteSteps
+from mlxe.algos.optim import Deferred, FiniteSteps, set_lr
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
@@ -381,9 +381,16 @@ class DDPG(Algorithm):
     def state_dict(self) -> dict:
         return {k: to_cpu(m.state_dict()) for k, m in self.modules().items()} | {"updates": self.updates}
 
+    def learning_rates(self) -> dict[str, float]:
+        """The configured rate of each optimizer, by its name in :meth:`modules`."""
+        return {"actor_optimizer": self.algo.rate("actor"), "critic_optimizer": self.algo.rate("critic")}
+
     def load_state_dict(self, state: dict) -> None:
-        for k, m in self.modules().items():
+        modules = self.modules()
+        for k, m in modules.items():
             m.load_state_dict(state[k])
+        for k, lr in self.learning_rates().items():
+            set_lr(modules[k], lr)
         self.updates = int(state["updates"])
         if self.graph is not None:  # the optimizers' state tensors were replaced: capture anew
             self.graph = CapturedStep(self.gradient_step, self.device)

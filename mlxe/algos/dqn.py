@@ -57,7 +57,7 @@ import numpy as np
 
 from mlxe.algos.cuda_graph import CapturedStep
 from mlxe.algos.device import resolve_device, to_cpu
-from mlxe.algos.optim import Deferred, FiniteSteps
+from mlxe.algos.optim import Deferred, FiniteSteps, set_lr
 from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_positive
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay, replay_share
@@ -485,6 +485,7 @@ class DQN(Algorithm):
         self.main.load_state_dict(state["main"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        set_lr(self.optimizer, self.algo.lr)
         self.updates = int(state["updates"])
         if self.graph is not None:  # the optimizer's state tensors were replaced: capture anew
             self.graph = CapturedStep(self.gradient_step, self.device)

@@ -30,6 +30,14 @@ class Deferred:
         return getattr(self.built(), name)
 
 
+def set_lr(optimizer, lr: float) -> None:
+    """Every parameter group of ``optimizer`` at rate ``lr``. A Learner calls it after loading a
+    checkpoint's optimizer state, which carries the rate it was saved with: the moments go on, the
+    rate is the run's config (a resumed run's ``algo.lr=...`` takes effect)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 class NonFiniteError(RuntimeError):
     """Learning met non-finite numbers it cannot go on from; the message says where."""
 

@@ -140,6 +140,9 @@ class SAC(ddpg.DDPG):
     def state_dict(self) -> dict:
         return super().state_dict() | {"log_alpha": float(self.log_alpha.detach())}
 
+    def learning_rates(self) -> dict[str, float]:
+        return super().learning_rates() | {"alpha_optimizer": self.algo.lr}
+
     def load_state_dict(self, state: dict) -> None:
         import torch
 

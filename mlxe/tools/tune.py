@@ -47,7 +47,7 @@ from mlxe.loading import load_config
 
 __all__ = [
     "Param", "TuneResult", "TrialRun", "parse_param", "tune", "run_trial", "read_evaluations", "make_pruner",
-    "write_trials_csv", "plot_search", "add_parser", "main",
+    "write_trials_csv", "plot_search", "add_parser", "main", "connect_ray", "objective_column",
 ]
 
 POLL_S = 0.5  # seconds between two reads of a running trial's metrics.csv
@@ -380,7 +380,7 @@ def tune(
     optuna = _import_optuna()
     started = time.monotonic()
     base = load_config(config_path, list(overrides))
-    column, every = _objective_column(base, config_path, metric)
+    column, every = objective_column(base, config_path, metric)
     if trials < 1 or parallel < 1:
         raise ConfigError(f"--trials {trials} / --parallel {parallel}: both must be >= 1")
     if backend not in ("local", "ray"):
@@ -517,7 +517,7 @@ def _quiet(optuna: Any) -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _objective_column(cfg: Config, config_path: str | Path, metric: str | None) -> tuple[str, int]:
+def objective_column(cfg: Config, config_path: str | Path, metric: str | None) -> tuple[str, int]:
     """The metrics.csv column to maximize and the iterations between its values."""
     if metric is not None and metric != "eval_return":
         return metric, 1
@@ -596,27 +596,38 @@ def _catch_stop_signals(stop: threading.Event) -> dict:
     return old
 
 
+def connect_ray(cfg: Config, cpus: int) -> bool:
+    """Connect this process to Ray unless it is: a new local instance of at least ``cpus`` CPUs when
+    ``cfg.ray.address`` is null, else the cluster there. Returns whether it connected (and so should
+    shut Ray down when done)."""
+    from mlxe.runtime.ray.backend import ClusterUnreachable, import_ray, probe
+
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    quiet = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
+    if cfg.ray.address is None:
+        ray.init(address="local", num_cpus=max(cpus, os.cpu_count() or 1), **quiet)  # a new instance
+        return True
+    if cfg.ray.address != "auto":
+        probe(cfg.ray.address, cfg.ray.connect_timeout)
+    try:
+        ray.init(address=cfg.ray.address, **quiet)
+    except ConnectionError as e:
+        raise ClusterUnreachable(f"ray.address: {cfg.ray.address!r}: {e} (join or start a cluster with "
+                                 "`ray start`, or use ray.address=null for a local Ray)") from None
+    return True
+
+
 class _RayTrials:
     """Trials as Ray tasks of 1 CPU each: :func:`_run_on_ray` streams the evaluations back through a
     :class:`_Channel` actor, and the driver prunes through it."""
 
     def __init__(self, cfg: Config, parallel: int) -> None:
-        from mlxe.runtime.ray.backend import ClusterUnreachable, import_ray, probe
+        from mlxe.runtime.ray.backend import import_ray
 
         ray = self.ray = import_ray()
-        self.started = not ray.is_initialized()
-        if self.started:
-            quiet = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
-            if cfg.ray.address is None:
-                ray.init(address="local", num_cpus=max(parallel, os.cpu_count() or 1), **quiet)  # a new instance
-            else:
-                if cfg.ray.address != "auto":
-                    probe(cfg.ray.address, cfg.ray.connect_timeout)
-                try:
-                    ray.init(address=cfg.ray.address, **quiet)
-                except ConnectionError as e:
-                    raise ClusterUnreachable(f"ray.address: {cfg.ray.address!r}: {e} (join or start a cluster with "
-                                             "`ray start`, or use ray.address=null for a local Ray)") from None
+        self.started = connect_ray(cfg, parallel)
         self.channel = ray.remote(num_cpus=0)(_Channel).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(_run_on_ray)
 
@@ -766,13 +777,20 @@ def _positive(text: str) -> int:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Declare ``mlxe tune`` on the ``mlxe`` command's subparsers (options may stand among the overrides)."""
-    p = subparsers.add_parser("tune", help="hyper-parameter search with Optuna (TPE, median pruning; needs mlxe[tune])")
+    p = subparsers.add_parser("tune", help="hyper-parameter search: Optuna's TPE with median pruning (mlxe[tune]) or "
+                              "population-based training on Ray Tune (--scheduler pbt, mlxe[pbt])")
     p.add_argument("config", help="YAML config to tune, e.g. configs/zoo/ppo/CartPole-v1.yaml")
     p.add_argument("overrides", nargs="*", default=[], help="key=value overrides applied to every trial")
-    p.add_argument("--trials", type=_positive, required=True, metavar="N", help="trials in the study (a resumed one runs the rest)")
+    p.add_argument("--trials", type=_positive, required=True, metavar="N",
+                   help="trials in the study (a resumed one runs the rest); pbt: the population")
+    p.add_argument("--scheduler", choices=["tpe", "pbt"], default="tpe",
+                   help="tpe: Optuna's sampler, trials one after another; pbt: the population trains at once and its "
+                   "weakest members continue the strongest's runs with perturbed values every --interval env steps")
+    p.add_argument("--interval", type=_positive, default=None, metavar="STEPS",
+                   help="pbt: env steps between two exploit/explore steps of a member")
     p.add_argument("--param", action="append", default=[], required=True, metavar="KEY=LOW..HIGH[,log]",
                    help="a searched setting (repeatable): floats, an int range for integer ends, ',log' for a log scale")
-    p.add_argument("--parallel", type=_positive, default=1, metavar="K", help="trials at once (default 1)")
+    p.add_argument("--parallel", type=_positive, default=None, metavar="K", help="tpe: trials at once (default 1)")
     p.add_argument("--backend", choices=["local", "ray"], default="local",
                    help="local: subprocesses here; ray: Ray tasks on the cluster at ray.address")
     p.add_argument("--study-dir", default=None, metavar="DIR", help="the study directory (default runs/tune-<name>-<time>); "
@@ -788,8 +806,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """``mlxe tune``: run the study, print the best value, its params and where everything is."""
+    if args.scheduler == "pbt":
+        return _main_pbt(args)
+    if args.interval is not None:
+        raise ConfigError("--interval: read by --scheduler pbt only")
     result = tune(
-        args.config, args.param, trials=args.trials, overrides=args.overrides, parallel=args.parallel,
+        args.config, args.param, trials=args.trials, overrides=args.overrides, parallel=args.parallel or 1,
         backend=args.backend, study_dir=args.study_dir, seed=args.seed, metric=args.metric, prune=not args.no_prune,
         prune_warmup=args.prune_warmup,
     )
@@ -805,3 +827,29 @@ def main(args: argparse.Namespace) -> int:
         print(f"interrupted: run the same command with --study-dir {result.study_dir} to resume")
         return 130
     return 0 if result.best_config_path is not None else 1
+
+
+def _main_pbt(args: argparse.Namespace) -> int:
+    """``mlxe tune --scheduler pbt``: train the population, print each member and the best."""
+    from mlxe.tools.pbt import pbt
+
+    unread = [name for name, given in (("--parallel", args.parallel is not None), ("--no-prune", args.no_prune),
+                                       ("--prune-warmup", args.prune_warmup is not None)) if given]
+    if unread:
+        raise ConfigError(f"{unread[0]}: not read by --scheduler pbt (its members all train at once, none is pruned)")
+    if args.interval is None:
+        raise ConfigError("--scheduler pbt needs --interval STEPS (env steps between two exploit/explore steps)")
+    result = pbt(args.config, args.param, trials=args.trials, interval=args.interval, overrides=args.overrides,
+                 backend=args.backend, study_dir=args.study_dir, seed=args.seed, metric=args.metric)
+    for m in result.members:
+        print(f"member {m['member']}: score {m['score']}, {m['env_steps']} env steps, {m['exploits']} exploits, "
+              f"{m['values']}{'  error: ' + m['error'] if m['error'] else ''}")
+    print(f"{len(result.members)} members, {result.exploits} exploits in {result.wall_s:.0f} s; study: {result.study_dir}")
+    if result.best_config_path is None:
+        print("no member reported a score: see the errors in members.csv")
+        return 1
+    print(f"best score {result.best_value:.2f} with {_show(result.best_params)}")
+    print(f"best config: {result.best_config_path}  (mlxe train {result.best_config_path})")
+    print(f"members: {result.study_dir / 'members.csv'}; exploits: {result.study_dir / 'exploits.csv'}; "
+          f"plot: {result.study_dir / 'pbt.png'}")
+    return 0

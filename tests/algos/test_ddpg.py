@@ -198,6 +198,21 @@ def test_state_dict_resumes_the_same_run(algo):
     np.testing.assert_array_equal(a.weights(), b.weights())
 
 
+@pytest.mark.parametrize("algo", ["ddpg", "sac"])
+def test_a_resumed_learner_steps_at_its_own_configs_rates(algo):
+    # a checkpoint's optimizer state carries the rates it was saved with; a resume that overrides
+    # them (mlxe train --resume RUN algo.critic_lr=...) must train at the new ones
+    overrides = ("algo.learning_starts=0", "algo.batch_size=4", "algo.actor_lr=1e-3", "algo.critic_lr=1e-3")
+    a = learner(algo, *overrides, "algo.lr=1e-3")
+    a.observe(segment(6))
+    a.update(0.1)
+    b = learner(algo, *overrides[:2], "algo.actor_lr=2e-4", "algo.critic_lr=3e-4", "algo.lr=4e-4")
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    rates = {"actor_optimizer": 2e-4, "critic_optimizer": 3e-4} | ({"alpha_optimizer": 4e-4} if algo == "sac" else {})
+    assert {k: getattr(b.algorithm, k).param_groups[0]["lr"] for k in rates} == rates
+    assert b.algorithm.actor_optimizer.state_dict()["state"]  # the moments were loaded
+
+
 # --------------------------------------------------------------------------- acting
 
 

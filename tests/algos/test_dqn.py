@@ -302,6 +302,16 @@ def test_prioritized_updates_set_each_trained_row_to_its_td_error():
     assert learner.updates == 2 and not (learner.replay.priorities.scaled[:16] == 1.0).all()
 
 
+def test_a_resumed_learner_steps_at_its_own_configs_rate():
+    overrides = ("algo.learning_starts=0", "algo.updates_per_step=0.5", "algo.batch_size=8")
+    a = pair(DQN, cfg(*overrides, "algo.lr=1e-3"), SPEC, 0)
+    a.observe(segment(10, E=2))
+    a.update(0.1)
+    b = pair(DQN, cfg(*overrides, "algo.lr=3e-4"), SPEC, 1)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    assert b.algorithm.optimizer.param_groups[0]["lr"] == 3e-4 and b.algorithm.optimizer.state_dict()["state"]
+
+
 def test_state_dict_resumes_the_same_run():
     overrides = ("algo.learning_starts=8", "algo.updates_per_step=0.5", "algo.batch_size=8", "algo.n_step=3",
                  "algo.prioritized=true")
