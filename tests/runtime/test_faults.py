@@ -28,10 +28,10 @@ def test_a_failed_executor_is_replaced_and_the_run_completes(make_config, tmp_pa
         pytest.skip("an ISTB Executor is a thread: os._exit would end the run's own process")
     once = tmp_path / "crashed"
     cfg = make_config(f"arch={arch}", *CRASHING, f"env.kwargs={{crash_at: 7, hard: {str(hard).lower()}, once: {once}}}",
-                      "stop.max_episodes=40", "executors=1" if arch == "oa" else "executors=2")
+                      "stop.max_episodes=20", "executors=1" if arch == "oa" else "executors=2")
     result = mlxe.train(cfg)
     s = result.summary
-    assert once.exists() and s["stop_reason"] == "max_episodes" and s["episodes"] >= 40
+    assert once.exists() and s["stop_reason"] == "max_episodes" and s["episodes"] >= 20
     metrics = read_csv(result.run_dir / "metrics.csv")
     assert metrics["restarts"][-1] == 1 and metrics["episodes_lost"][-1] == cfg.envs_per_executor
     episodes = read_csv(result.run_dir / "episodes.csv")
