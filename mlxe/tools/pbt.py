@@ -46,7 +46,7 @@ import yaml
 
 from mlxe.config import ConfigError, to_dict
 from mlxe.loading import load_config
-from mlxe.tools.tune import Param, connect_ray, objective_column, parse_param, read_evaluations
+from mlxe.tools.search import Param, connect_ray, objective_column, parse_param, read_evaluations
 
 __all__ = ["PBTResult", "pbt", "clip_to_ranges"]
 

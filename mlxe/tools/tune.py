@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -44,17 +42,17 @@ import yaml
 
 from mlxe.config import Config, ConfigError, to_dict
 from mlxe.loading import load_config
+from mlxe.tools.search import Param, connect_ray, objective_column, parse_param, read_evaluations
 
 __all__ = [
-    "Param", "TuneResult", "TrialRun", "parse_param", "tune", "run_trial", "read_evaluations", "make_pruner",
-    "write_trials_csv", "plot_search", "add_parser", "main", "connect_ray", "objective_column",
+    "TuneResult", "TrialRun", "tune", "run_trial", "make_pruner", "write_trials_csv", "plot_search", "add_parser",
+    "main",
 ]
 
 POLL_S = 0.5  # seconds between two reads of a running trial's metrics.csv
 STOP_GRACE_S = 120.0  # seconds a trial told to stop (SIGTERM) gets to finish its iteration before SIGKILL
 STUDY_NAME = "mlxe-tune"
 STORAGE_FILE = "study.journal"
-_INT = re.compile(r"[+-]?\d+")
 
 
 def _import_optuna() -> Any:
@@ -66,80 +64,6 @@ def _import_optuna() -> Any:
 
 
 # --------------------------------------------------------------------------- parameters
-
-
-@dataclass(frozen=True)
-class Param:
-    """One searched setting: ``key`` (a dotted config key, e.g. ``algo.lr``) from ``low`` to ``high``
-    (both included, in the setting's own unit), on a log scale with ``log``; ``integer``: an int range
-    (Optuna's ``suggest_int``), else floats (``suggest_float``)."""
-
-    key: str
-    low: float
-    high: float
-    log: bool = False
-    integer: bool = False
-
-    def suggest(self, trial: Any) -> int | float:
-        """This parameter's value for an Optuna ``trial``."""
-        if self.integer:
-            return trial.suggest_int(self.key, int(self.low), int(self.high), log=self.log)
-        return trial.suggest_float(self.key, self.low, self.high, log=self.log)
-
-    def override(self, value: int | float) -> str:
-        """``key=value``, the override that sets ``value``."""
-        return f"{self.key}={int(value) if self.integer else float(value)!r}"
-
-    def check(self, config_path: str | Path | None = None, overrides: Sequence[str] = (), text: str | None = None) -> None:
-        """A :class:`ConfigError` naming ``text`` (default :meth:`text`) and the key unless both ends are
-        valid values of a setting of the base config (``config_path`` with ``overrides``; None: the
-        defaults), by config.py's own checks."""
-        for end in (self.low, self.high):
-            try:
-                load_config(config_path, [*overrides, self.override(end)])
-            except ConfigError as e:
-                raise ConfigError(f"--param {text or self.text()!r}: {e}") from None
-
-    def text(self) -> str:
-        """The ``key=low..high[,log]`` form."""
-        ends = f"{int(self.low)}..{int(self.high)}" if self.integer else f"{self.low!r}..{self.high!r}"
-        return f"{self.key}={ends}{',log' if self.log else ''}"
-
-
-def parse_param(text: str, config_path: str | Path | None = None, overrides: Sequence[str] = ()) -> Param:
-    """Parse ``key=low..high`` or ``key=low..high,log``, e.g. ``algo.lr=1e-4..1e-2,log`` or ``algo.epochs=3..10``.
-
-    Both ends written as integers (no dot, no exponent): an int range, else floats. ``log``: sampled
-    on a log scale (both ends > 0). The key must be a setting of the config at ``config_path`` with
-    ``overrides`` (None: the defaults) that takes both ends as values; every problem is a
-    :class:`ConfigError` naming the text and the key.
-    """
-    syntax = "expected key=low..high or key=low..high,log (e.g. algo.lr=1e-4..1e-2,log)"
-    if "=" not in text:
-        raise ConfigError(f"--param {text!r}: no '='; {syntax}")
-    key, spec = (s.strip() for s in text.split("=", 1))
-    if not key:
-        raise ConfigError(f"--param {text!r}: empty key; {syntax}")
-    spec, comma, option = spec.partition(",")
-    if comma and option.strip() != "log":
-        raise ConfigError(f"--param {text!r}: {key}: unknown option {option.strip()!r}; {syntax}")
-    if ".." not in spec:
-        raise ConfigError(f"--param {text!r}: {key}: no '..' between the low and high ends; {syntax}")
-    ends = [s.strip() for s in spec.split("..", 1)]
-    try:
-        low, high = (float(s) for s in ends)
-    except ValueError:
-        raise ConfigError(f"--param {text!r}: {key}: the ends {ends[0]!r} and {ends[1]!r} must be numbers") from None
-    if not (math.isfinite(low) and math.isfinite(high)):
-        raise ConfigError(f"--param {text!r}: {key}: the ends must be finite numbers")
-    if low >= high:
-        raise ConfigError(f"--param {text!r}: {key}: empty range; expected low < high")
-    log = bool(comma)
-    if log and low <= 0:
-        raise ConfigError(f"--param {text!r}: {key}: a log range needs low > 0")
-    param = Param(key, low, high, log, integer=all(_INT.fullmatch(s) for s in ends))
-    param.check(config_path, overrides, text)
-    return param
 
 
 # --------------------------------------------------------------------------- one trial
@@ -155,25 +79,6 @@ class TrialRun:
     value: float | None = None  # its last evaluation (the metric column's last value)
     stopped: bool = False  # told to stop early (pruned or interrupted), with SIGTERM
     error: str | None = None  # the last line of its stderr, when it exited non-zero
-
-
-def read_evaluations(metrics_csv: Path, column: str = "eval_return", every: int = 1) -> list[tuple[int, float]]:
-    """``(env_steps, value)`` of the rows of a (growing) ``metrics.csv`` that have a ``column`` value,
-    on iterations that are multiples of ``every`` (``stop.eval_every`` for ``eval_return``, whose value
-    is repeated on the rows between evaluations); a half-written last line is left for the next read."""
-    try:
-        text = metrics_csv.read_text()
-    except FileNotFoundError:
-        return []
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
-    points = []
-    for row in csv.DictReader(lines):
-        value, iteration = row.get(column) or "", row.get("iteration") or "0"
-        if value.strip() and int(float(iteration)) % every == 0:
-            points.append((int(float(row["env_steps"])), float(value)))
-    return points
 
 
 def run_trial(
@@ -517,19 +422,6 @@ def _quiet(optuna: Any) -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def objective_column(cfg: Config, config_path: str | Path, metric: str | None) -> tuple[str, int]:
-    """The metrics.csv column to maximize and the iterations between its values."""
-    if metric is not None and metric != "eval_return":
-        return metric, 1
-    if cfg.stop.eval_return is None:
-        raise ConfigError(
-            f"{config_path}: stop.eval_return is null, so its runs make no greedy evaluation for the search to "
-            "maximize; set stop.eval_return (the return that ends a run early; .inf: never) and "
-            "stop.eval_every (iterations between evaluations), e.g. stop.eval_return=.inf stop.eval_every=5"
-        )
-    return "eval_return", cfg.stop.eval_every
-
-
 def _state(frozen: Any) -> str:
     """Optuna's state name, or INTERRUPTED: a failed trial without an error, stopped by SIGINT/SIGTERM
     (or left running by a tune process that ended)."""
@@ -594,29 +486,6 @@ def _catch_stop_signals(stop: threading.Event) -> dict:
         for signum in (signal.SIGINT, signal.SIGTERM):
             old[signum] = signal.signal(signum, handler)
     return old
-
-
-def connect_ray(cfg: Config, cpus: int) -> bool:
-    """Connect this process to Ray unless it is: a new local instance of at least ``cpus`` CPUs when
-    ``cfg.ray.address`` is null, else the cluster there. Returns whether it connected (and so should
-    shut Ray down when done)."""
-    from mlxe.runtime.ray.backend import ClusterUnreachable, import_ray, probe
-
-    ray = import_ray()
-    if ray.is_initialized():
-        return False
-    quiet = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
-    if cfg.ray.address is None:
-        ray.init(address="local", num_cpus=max(cpus, os.cpu_count() or 1), **quiet)  # a new instance
-        return True
-    if cfg.ray.address != "auto":
-        probe(cfg.ray.address, cfg.ray.connect_timeout)
-    try:
-        ray.init(address=cfg.ray.address, **quiet)
-    except ConnectionError as e:
-        raise ClusterUnreachable(f"ray.address: {cfg.ray.address!r}: {e} (join or start a cluster with "
-                                 "`ray start`, or use ray.address=null for a local Ray)") from None
-    return True
 
 
 class _RayTrials:

@@ -21,7 +21,8 @@ import mlxe.tools.tune  # noqa: E402
 from mlxe.cli import _Parser  # noqa: E402
 from mlxe.config import ConfigError, to_dict  # noqa: E402
 from mlxe.loading import load_config
-from mlxe.tools.tune import Param, make_pruner, parse_param, read_evaluations, run_trial, tune  # noqa: E402
+from mlxe.tools.search import Param, parse_param, read_evaluations  # noqa: E402
+from mlxe.tools.tune import make_pruner, run_trial, tune  # noqa: E402
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 # ~1 s of training per trial: 8 iterations of 256 env steps, a 2-episode greedy evaluation after each
