@@ -51,12 +51,17 @@ def train(
     *,
     resume: str | Path | None = None,
     progress: bool | None = None,
+    pause_at_env_steps: int | None = None,
 ) -> TrainResult:
     """Train until a stop condition; returns the run directory and its summary.
 
     ``config``: a :class:`Config`, or a YAML path (with ``overrides``); ``resume``: a run directory
     to continue from its last checkpoint (its own config, plus ``overrides``, e.g. a larger budget).
-    ``progress``: force the live display on or off (default: ``run.progress``).
+    ``progress``: force the live display on or off (default: ``run.progress``);
+    ``pause_at_env_steps``: stop once the run has this many env steps (``stop_reason`` ``paused``,
+    with a checkpoint to resume from), its budget ``stop.max_env_steps``, and the learning rate and
+    clip range that anneal over it, unchanged: a run trained in slices, as population-based
+    training does.
     """
     from mlxe.algos.optim import NonFiniteError
     from mlxe.runtime.checkpoints import CheckpointError
@@ -75,7 +80,7 @@ def train(
             cfg = load_config(config, overrides)
         run_dir = new_run_dir(cfg)
 
-    with Trainer(cfg, run_dir, resume is not None, progress) as trainer, _served(cfg, trainer):
+    with Trainer(cfg, run_dir, resume is not None, progress, pause_at_env_steps) as trainer, _served(cfg, trainer):
         try:
             with _simulators(cfg, trainer):  # closed as soon as training stops: the simulators are told at once
                 reason = _run(cfg, trainer)
@@ -101,7 +106,7 @@ def train(
             raise RunStopped(message) from None
         trainer.stop_clock()
         evaluation = evaluation_last = None
-        if cfg.run.eval_after > 0 and trainer.checkpoint_path.exists():
+        if cfg.run.eval_after > 0 and reason != "paused" and trainer.checkpoint_path.exists():  # a paused run goes on
             evaluation_last = evaluate(trainer.checkpoint_path, episodes=cfg.run.eval_after, config=cfg)
             evaluation = evaluation_last
             if trainer.best_path.exists():

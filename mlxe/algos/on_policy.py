@@ -35,7 +35,7 @@ import numpy as np
 from mlxe.algos.curiosity import IntrinsicReward
 from mlxe.algos.device import resolve_device, to_cpu
 from mlxe.algos.numpy_losses import numpy_backprop
-from mlxe.algos.optim import Deferred, FiniteSteps
+from mlxe.algos.optim import Deferred, FiniteSteps, set_lr
 from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
@@ -540,6 +540,7 @@ class OnPolicy(Algorithm):
         # state to each parameter's device
         self.main.load_state_dict(state["main"])
         self.optimizer.load_state_dict(state["optimizer"])
+        set_lr(self.optimizer, self.algo.lr)  # TRPO's value optimizer is never annealed: the config's rate
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]
         if self.curiosity is not None:

@@ -46,10 +46,14 @@ def new_run_dir(cfg: Config) -> Path:
 class Trainer:
     """Counters, stop conditions and run-directory outputs of one training run."""
 
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False, progress: bool | None = None) -> None:
+    def __init__(
+        self, cfg: Config, run_dir: Path, resume: bool = False, progress: bool | None = None, pause_at: int | None = None
+    ) -> None:
         """``resume``: continue from the newest valid checkpoint in ``run_dir`` (saying which, if
-        newer ones are unreadable)."""
+        newer ones are unreadable); ``pause_at``: stop at this many env steps (reason ``paused``),
+        the run's budget and what anneals over it unchanged."""
         self.cfg = cfg
+        self.pause_at = pause_at
         self.run_dir = Path(run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
         self.checkpoint_path, self.best_path = self.checkpoints.last, self.checkpoints.best
@@ -256,6 +260,8 @@ class Trainer:
             reason = "max_episodes"
         elif s.max_env_steps is not None and self.env_steps >= s.max_env_steps:
             reason = "max_env_steps"
+        elif self.pause_at is not None and self.env_steps >= self.pause_at:
+            reason = "paused"
         elif s.max_wall_seconds is not None and self.wall_s >= s.max_wall_seconds:
             reason = "max_wall_seconds"
         self.stop_reason = reason

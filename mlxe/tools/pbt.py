@@ -2,18 +2,25 @@
 ``PopulationBasedTraining`` scheduler.
 
 ``--trials`` members train the base config at once, each from values drawn in the ``--param``
-ranges. Every ``--interval`` env steps a member stops, evaluates (its latest greedy evaluation is
-its score) and reports its run directory as a Ray Tune checkpoint. Once every member has (the
-synchronous variant: the copied run is never further on than the member copying it), a member in the bottom quarter of
-the population then continues from the run directory of one in the top quarter (exploit: its weights,
-optimizer moments, replay and counters) with that member's values perturbed (explore: times 0.8 or
-1.2, or drawn again from the range with probability 1/4, and kept within the range). Each member
-trains to the base config's ``stop.max_env_steps``, so the population's budget is ``--trials`` times it.
+ranges, each to the config's ``stop.max_env_steps`` (so the population's budget is ``--trials``
+times it; stop conditions that would end a member sooner are refused). Every ``--interval`` env
+steps a member pauses and reports its score, the latest greedy evaluation of that round (made every
+``stop.eval_every`` iterations; none in the round: NaN, and the member sits the exploit out), with
+its run directory as a Ray Tune checkpoint. Once every member has reported (the synchronous
+variant: a copied run is never further on than the member copying it), each member in the bottom
+quarter continues from the run directory of one in the top quarter (exploit: its weights, optimizer
+moments, replay and counters) with that member's values perturbed (explore: a float times 0.8 or
+1.2, an integer one step of its range, or a value drawn again with probability 1/4; kept within the
+range).
 
-A member's round is an in-process ``mlxe.train``: the first creates its run directory, the next ones
-resume it (``mlxe train --resume`` with the member's values and a larger ``stop.max_env_steps``), so
-a changed ``algo.lr`` or ``algo.entropy_coef`` takes effect at once. Members are Ray Tune trials of
-one CPU each: on the local Ray (``--backend local``) or on the cluster at the config's
+A member's round is an in-process ``mlxe.train`` paused at the round's env steps
+(``pause_at_env_steps``: the budget, and what anneals over it, stay the run's): the first creates
+its run directory, the next resume it (``mlxe train --resume`` with the member's values), so a
+changed ``algo.lr`` or ``algo.entropy_coef`` takes effect at once. Only settings a resumed run can
+change belong in ``--param`` (``algo.*`` rates and coefficients; not the network, the environments
+or the Executors). A member that fails scores -inf for the rest of its rounds, and the next exploit
+replaces it. Members are Ray Tune trials of one CPU each, working in the directory ``mlxe tune``
+was started in: on a local Ray (``--backend local``) or on the cluster at the config's
 ``ray.address`` (``--backend ray``; the study directory must then be on storage every node shares).
 
 The study directory (default ``runs/pbt-<config name>-<time>/``)::
@@ -33,8 +40,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
+import re
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -110,6 +120,14 @@ def pbt(
         raise ConfigError(f"{config_path}: stop.max_env_steps is not set; each member trains to it")
     if not 0 < interval < budget:
         raise ConfigError(f"--interval {interval}: expected env steps between 1 and stop.max_env_steps ({budget})")
+    for key, value in (("stop.eval_return", base.stop.eval_return), ("stop.max_episodes", base.stop.max_episodes),
+                       ("stop.max_wall_seconds", base.stop.max_wall_seconds),
+                       ("stop.goal_episode_length", base.stop.goal_episode_length)):
+        if value is not None and value != float("inf"):
+            raise ConfigError(
+                f"{key}: {value!r} would end a member before its budget (and out of the population); each member "
+                f"trains stop.max_env_steps: set {key}=" + (".inf" if key == "stop.eval_return" else "null")
+            )
     if not params:
         raise ConfigError("mlxe tune: give at least one --param key=low..high")
     for p in params:
@@ -126,43 +144,48 @@ def pbt(
 
     study_dir = Path(study_dir) if study_dir is not None else _new_study_dir(base)
     study_dir = study_dir.resolve()
-    if (study_dir / EXPERIMENT).exists():
-        raise ConfigError(f"--study-dir {study_dir}: holds a population already (a population-based study is not "
+    if (study_dir / EXPERIMENT).exists() or (study_dir / "study.journal").exists():
+        raise ConfigError(f"--study-dir {study_dir}: holds a study already (a population-based study is not "
                           "resumed); give a new directory")
     study_dir.mkdir(parents=True, exist_ok=True)
     base_yaml = study_dir / "base.yaml"  # the members' config, whatever their working directory
     base_yaml.write_text(yaml.safe_dump(to_dict(base), sort_keys=False))
-    # the explore steps draw from the driver's global generators (Ray Tune's choice); the initial
-    # values from the variant generator's own
+    # the explore steps draw from the driver's global generators (Ray Tune's choice), seeded here
+    # and given back as they were; the initial values from the variant generator's own
+    rng_states = random.getstate(), np.random.get_state()
     random.seed(seed)
     np.random.seed(seed)
     domains = {p.key: _domain(tune, p) for p in space}
+    # an integer moves by one step of its range: x0.8 and x1.2 would leave 1 and 2 where they are
+    mutations = {p.key: list(range(int(p.low), int(p.high) + 1)) if p.integer else domains[p.key] for p in space}
     scheduler = PopulationBasedTraining(
-        time_attr="env_steps", perturbation_interval=interval, hyperparam_mutations=domains,
+        time_attr="env_steps", perturbation_interval=interval, hyperparam_mutations=mutations,
         quantile_fraction=QUANTILE, resample_probability=RESAMPLE,
         custom_explore_fn=lambda config: clip_to_ranges(config, space),
         synch=True,  # every member exploits at the same env steps: the copied run is never ahead of the budget left
     )
-    started_ray = connect_ray(base, trials)
+    started_ray = connect_ray(base.ray.address if backend == "ray" else None, trials, base.ray.connect_timeout)
     try:
         trainable = tune.with_resources(train_member, {"cpu": 1})
         tuner = tune.Tuner(
             trainable,
-            param_space={**domains, "_base": str(base_yaml), "_runs": str(study_dir / "runs"), "_keys": keys,
-                         "_interval": interval,
-                         "_budget": budget, "_column": column, "_every": every},
+            param_space={**domains, "_base": str(base_yaml), "_runs": str(study_dir / "runs"), "_cwd": os.getcwd(),
+                         "_keys": keys, "_interval": interval, "_budget": budget, "_column": column, "_every": every},
             tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=scheduler, num_samples=trials,
                                         search_alg=BasicVariantGenerator(random_state=seed),
                                         reuse_actors=True),  # a paused member goes on in a started process
             run_config=tune.RunConfig(
                 name=EXPERIMENT, storage_path=str(study_dir), verbose=0,
                 stop={"finished": 1},  # a member's last report ends it before the scheduler could exploit it
-                # every checkpoint kept: the scheduler may hand any member's latest to another member
+                # a copied checkpoint is at most one round old (the rounds are synchronous)
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=3),
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         grid = tuner.fit()
     finally:
+        random.setstate(rng_states[0])
+        np.random.set_state(rng_states[1])
         if started_ray:
             import ray
 
@@ -189,50 +212,60 @@ def _new_study_dir(cfg: Any) -> Path:
 
 
 def train_member(config: dict) -> None:
-    """A Ray Tune trial: train rounds of ``_interval`` env steps, reporting each round's score with the
-    run directory as the checkpoint, until ``_budget`` env steps or another stop condition."""
+    """A Ray Tune trial: train rounds of ``_interval`` env steps, reporting after each the round's
+    latest greedy evaluation (NaN if the round made none: the member sits that exploit out) with the
+    run directory as the checkpoint, until ``_budget`` env steps. A member whose training fails
+    scores -inf for its remaining rounds: the next exploit replaces it by a copy of a better one."""
     from ray import tune
 
     from mlxe.api import train
 
+    os.chdir(config["_cwd"])  # Ray starts a trial in a directory of its own: the config's paths are the driver's
+    if config["_cwd"] not in sys.path:
+        sys.path.insert(0, config["_cwd"])  # model.custom and env modules of the project
     params = [f"{key}={config[key]!r}" for key in config["_keys"]]
     member = int(tune.get_context().get_trial_id().split("_")[-1])
     member_dir = Path(config["_runs"]) / f"member-{member}"
-    checkpoint = tune.get_checkpoint()
+    budget, checkpoint = config["_budget"], tune.get_checkpoint()
     run_dir, steps = None, 0
-    if checkpoint is not None:  # restarted: after an exploit, or by Ray Tune (a member paused, a lost node)
+    if checkpoint is not None:  # an exploit, or a member paused at the synchronous exploit
         with checkpoint.as_directory() as saved:
             origin = json.loads((Path(saved) / ORIGIN).read_text())
             steps = origin["env_steps"]
             run_dir = Path(origin["run_dir"])
             if origin["member"] != member or _env_steps(run_dir) != steps:  # another member's run: a copy of it
-                run_dir = member_dir / f"run-{len(list(member_dir.glob('run-*'))) + 1}"
+                run_dir = _free(member_dir)
                 shutil.copytree(saved, run_dir)
-    if run_dir is not None and _finished(run_dir, config["_budget"]):  # a finished member, restarted
-        return
-    while True:
-        target = min(steps + config["_interval"], config["_budget"])
-        limit = [f"stop.max_env_steps={target}", "run.progress=false"]
-        if run_dir is None:
-            result = train(config["_base"], [*params, *limit, f"run.dir={member_dir}"])
-        else:
-            result = train(overrides=[*params, *limit], resume=run_dir)
-        run_dir, summary = result.run_dir, result.summary
-        steps = summary["env_steps"]
-        evaluations = read_evaluations(run_dir / "metrics.csv", config["_column"], config["_every"])
-        score = evaluations[-1][1] if evaluations else float("-inf")
-        (run_dir / ORIGIN).write_text(json.dumps({"member": member, "run_dir": str(run_dir), "env_steps": steps}))
-        finished = _finished(run_dir, config["_budget"])
-        tune.report({"score": score, "env_steps": steps, "stop_reason": summary["stop_reason"], "run_dir": str(run_dir),
-                     "finished": int(finished)}, checkpoint=tune.Checkpoint.from_directory(run_dir))
-        if finished:
+    while steps < budget:
+        target = min(steps + config["_interval"], budget)
+        try:
+            if run_dir is None:
+                result = train(config["_base"], [*params, f"run.dir={member_dir}", "run.progress=false"],
+                               pause_at_env_steps=target)
+            else:
+                result = train(overrides=[*params, "run.progress=false"], resume=run_dir, pause_at_env_steps=target)
+        except Exception as e:  # noqa: BLE001 - any failure of one member: the population goes on
+            error = f"{type(e).__name__}: {e}".splitlines()[0]
+            while steps < budget:
+                steps = min(steps + config["_interval"], budget)
+                tune.report({"member": member, "score": float("-inf"), "env_steps": steps, "error": error,
+                             "finished": int(steps >= budget)})
             return
+        run_dir = result.run_dir
+        fresh = [v for s, v in read_evaluations(run_dir / "metrics.csv", config["_column"], config["_every"]) if s > steps]
+        steps = result.summary["env_steps"]
+        (run_dir / ORIGIN).write_text(json.dumps({"member": member, "run_dir": str(run_dir), "env_steps": steps}))
+        tune.report({"member": member, "score": fresh[-1] if fresh else float("nan"), "env_steps": steps,
+                     "run_dir": str(run_dir), "error": "", "finished": int(steps >= budget)},
+                    checkpoint=tune.Checkpoint.from_directory(run_dir))
 
 
-def _finished(run_dir: Path, budget: int) -> bool:
-    """Has the run in ``run_dir`` trained its ``budget`` of env steps or met another stop condition?"""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return summary["stop_reason"] != "max_env_steps" or summary["env_steps"] >= budget
+def _free(member_dir: Path) -> Path:
+    """The member's next unused ``run-K`` directory."""
+    k = 1
+    while (member_dir / f"run-{k}").exists():
+        k += 1
+    return member_dir / f"run-{k}"
 
 
 def _env_steps(run_dir: Path) -> int | None:
@@ -250,25 +283,29 @@ def _finish(grid: Any, study_dir: Path, config_path: str | Path, overrides: list
             wall_s: float) -> PBTResult:
     keys = [p.key for p in space]
     exploits = _read_exploits(study_dir / EXPERIMENT / "pbt_global.txt", keys)
-    members, curves = [], {}
+    members, curves, configs = [], {}, {}
     for r in grid:
         final = r.metrics or {}
-        member = _member(r.path)
+        member = final.get("member", _member(r.path))
+        # a member that never reported has no config in its result: the values it was given
+        configs[member] = r.config or json.loads((Path(r.path) / "params.json").read_text())
         curves[member] = r.metrics_dataframe
+        error = final.get("error") or ""
+        if r.error and not error:  # the trial itself failed (Ray's error)
+            error = (str(r.error).strip().splitlines() or [""])[-1]
         members.append({
             "member": member, "score": final.get("score"), "env_steps": final.get("env_steps"),
             "seconds": round(float(final.get("time_total_s", 0.0)), 1),
             "exploits": sum(1 for e in exploits if e["member"] == member),
-            "values": " ".join(f"{k}={r.config[k]!r}" for k in keys), "run_dir": final.get("run_dir", ""),
-            "error": str(r.error).strip().splitlines()[-1] if r.error else "",
+            "values": " ".join(f"{k}={configs[member].get(k)!r}" for k in keys), "run_dir": final.get("run_dir", ""),
+            "error": error,
         })
-    order = sorted(range(len(members)), key=lambda i: members[i]["member"])
-    members, configs = [members[i] for i in order], [grid[i].config for i in order]
+    members.sort(key=lambda m: m["member"])
     _write_csv(study_dir / "members.csv", members)
     _write_csv(study_dir / "exploits.csv", exploits, ["round", "member", "copied", "copied_values", "values"])
     _plot(curves, keys, study_dir / "pbt.png")
     result = PBTResult(study_dir, None, {}, None, members, len(exploits), wall_s)
-    scored = [(m["score"], i) for i, m in enumerate(members) if m["score"] is not None and m["score"] > float("-inf")]
+    scored = [(m["score"], m["member"]) for m in members if m["score"] is not None and m["score"] > float("-inf")]
     if not scored:
         return result
     value, best = max(scored)
@@ -285,9 +322,9 @@ def _finish(grid: Any, study_dir: Path, config_path: str | Path, overrides: list
 
 
 def _member(trial_path: str) -> int:
-    """A member's number: its trial's index in the population (Ray Tune names a trial's directory
-    ``<trainable>_<experiment id>_<index>_<values>_<date>``)."""
-    return int(Path(trial_path).name.split("_")[3])
+    """The number of a member that never reported: its trial's index in the population (Ray Tune names
+    a trial's directory ``<trainable>_<5 hex digits>_<index, 5 digits>_<tag>_<date>``)."""
+    return int(re.search(r"_[0-9a-f]{5}_(\d{5})_", Path(trial_path).name).group(1))
 
 
 def _read_exploits(path: Path, keys: list[str]) -> list[dict]:
@@ -297,9 +334,10 @@ def _read_exploits(path: Path, keys: list[str]) -> list[dict]:
         return []
     rows = []
     for line in path.read_text().splitlines():
-        target, copied, _, copied_round, old, new = json.loads(line)
+        target, copied, target_round, copied_round, old, new = json.loads(line)
         rows.append({
-            "round": copied_round, "member": int(str(target).split("_")[0]), "copied": int(str(copied).split("_")[0]),
+            # the member whose report completed the round is a round behind in Ray's record of it
+            "round": max(target_round, copied_round), "member": int(str(target).split("_")[0]), "copied": int(str(copied).split("_")[0]),
             "copied_values": " ".join(f"{k}={old[k]!r}" for k in keys), "values": " ".join(f"{k}={new[k]!r}" for k in keys),
         })
     return rows

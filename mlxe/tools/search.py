@@ -127,24 +127,24 @@ def objective_column(cfg: Config, config_path: str | Path, metric: str | None) -
     return "eval_return", cfg.stop.eval_every
 
 
-def connect_ray(cfg: Config, cpus: int) -> bool:
+def connect_ray(address: str | None, cpus: int, connect_timeout: float) -> bool:
     """Connect this process to Ray unless it is: a new local instance of at least ``cpus`` CPUs when
-    ``cfg.ray.address`` is null, else the cluster there. Returns whether it connected (and so should
-    shut Ray down when done)."""
+    ``address`` is None, else the cluster at ``address`` (``ray.address``: HOST:PORT or auto). Returns
+    whether it connected (and so should shut Ray down when done)."""
     from mlxe.runtime.ray.backend import ClusterUnreachable, import_ray, probe
 
     ray = import_ray()
     if ray.is_initialized():
         return False
     quiet = dict(logging_level="WARNING", log_to_driver=False, include_dashboard=False)
-    if cfg.ray.address is None:
+    if address is None:
         ray.init(address="local", num_cpus=max(cpus, os.cpu_count() or 1), **quiet)  # a new instance
         return True
-    if cfg.ray.address != "auto":
-        probe(cfg.ray.address, cfg.ray.connect_timeout)
+    if address != "auto":
+        probe(address, connect_timeout)
     try:
-        ray.init(address=cfg.ray.address, **quiet)
+        ray.init(address=address, **quiet)
     except ConnectionError as e:
-        raise ClusterUnreachable(f"ray.address: {cfg.ray.address!r}: {e} (join or start a cluster with "
+        raise ClusterUnreachable(f"ray.address: {address!r}: {e} (join or start a cluster with "
                                  "`ray start`, or use ray.address=null for a local Ray)") from None
     return True

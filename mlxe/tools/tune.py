@@ -496,7 +496,7 @@ class _RayTrials:
         from mlxe.runtime.ray.backend import import_ray
 
         ray = self.ray = import_ray()
-        self.started = connect_ray(cfg, parallel)
+        self.started = connect_ray(cfg.ray.address, parallel, cfg.ray.connect_timeout)
         self.channel = ray.remote(num_cpus=0)(_Channel).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(_run_on_ray)
 
@@ -661,10 +661,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="a searched setting (repeatable): floats, an int range for integer ends, ',log' for a log scale")
     p.add_argument("--parallel", type=_positive, default=None, metavar="K", help="tpe: trials at once (default 1)")
     p.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="local: subprocesses here; ray: Ray tasks on the cluster at ray.address")
-    p.add_argument("--study-dir", default=None, metavar="DIR", help="the study directory (default runs/tune-<name>-<time>); "
-                   "an existing one is resumed")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="the sampler's seed (the trials train with the config's seed)")
+                   help="local: subprocesses here (pbt: a Ray started here); ray: Ray tasks (pbt: trials) on the cluster "
+                   "at ray.address")
+    p.add_argument("--study-dir", default=None, metavar="DIR", help="the study directory (default runs/tune-<name>-<time>, "
+                   "pbt: runs/pbt-<name>-<time>); an existing one is resumed (pbt: refused)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the sampler's seed (pbt: the initial values' and the explore steps'); the trials "
+                   "train with the config's seed")
     p.add_argument("--metric", default=None, metavar="COLUMN", help="the metrics.csv column to maximize (default eval_return)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
     p.add_argument("--prune-warmup", type=int, default=None, metavar="STEPS",

@@ -141,3 +141,14 @@ def test_value_fit_lowers_the_value_loss_and_leaves_the_policy():
 def test_config_errors_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         cfg(override)
+
+
+def test_a_resumed_learner_fits_its_value_function_at_its_own_configs_rate():
+    # the value optimizer's rate is never annealed: a resume's algo.lr must replace the checkpoint's
+    saved = TRPO(cfg("algo.lr=1e-3"), GAUSSIAN, 0)
+    saved.optimizer.zero_grad()
+    sum(p.sum() for p in saved.main.value.parameters()).backward()
+    saved.optimizer.step()
+    resumed = TRPO(cfg("algo.lr=3e-4"), GAUSSIAN, 1)
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.optimizer.param_groups[0]["lr"] == 3e-4 and resumed.optimizer.state_dict()["state"]

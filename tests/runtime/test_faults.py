@@ -160,17 +160,22 @@ def test_kill_9_of_the_whole_run_resumes_from_its_last_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize(("config", "overrides", "episodes"), [
-    ("configs/zoo/ppo/CartPole-v1.yaml", ["filters.obs=true"], 40),
+    ("configs/zoo/ppo/CartPole-v1.yaml", ["filters.obs=true"], None),
     ("configs/zoo/dqn/CartPole-v1.yaml", [], 40),
 ])
 def test_a_resumed_run_continues_the_trajectory_of_an_uninterrupted_one(tmp_path, config, overrides, episodes):
     """Same seed, IS, the fast CartPole (its environments are checkpointed whole): a run stopped
-    after ``episodes`` and resumed ends with the same counters and networks as one that was not
-    (counters, replay, optimizer, RNG streams, filters and episodes in progress in the checkpoint)."""
+    after ``episodes`` (None: paused at 1,024 env steps, its lr still annealing over 2,048) and resumed
+    ends with the same counters and networks as one that was not (counters, replay, optimizer, RNG
+    streams, filters and episodes in progress in the checkpoint)."""
     base = [*QUIET, "arch=is", "executors=2", "stop.eval_return=null", "stop.max_env_steps=2048", *overrides]
     whole = mlxe.train(load_config(config, [f"run.dir={tmp_path / 'whole'}", *base]))
-    half = mlxe.train(load_config(config, [f"run.dir={tmp_path / 'half'}", *base, f"stop.max_episodes={episodes}"]))
-    assert half.summary["stop_reason"] == "max_episodes" and 0 < half.summary["env_steps"] < 2048
+    if episodes is None:
+        half = mlxe.train(load_config(config, [f"run.dir={tmp_path / 'half'}", *base]), pause_at_env_steps=1024)
+        assert half.summary["stop_reason"] == "paused" and half.summary["env_steps"] == 1024
+    else:
+        half = mlxe.train(load_config(config, [f"run.dir={tmp_path / 'half'}", *base, f"stop.max_episodes={episodes}"]))
+        assert half.summary["stop_reason"] == "max_episodes" and 0 < half.summary["env_steps"] < 2048
     resumed = mlxe.train(overrides=["stop.max_episodes=null"], resume=half.run_dir)
     for key in ("episodes", "env_steps", "updates", "best_return", "iterations"):
         assert resumed.summary[key] == whole.summary[key], key

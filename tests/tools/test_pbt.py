@@ -29,7 +29,7 @@ PARAMS = ["algo.lr=1e-4..1e-1,log", "algo.epochs=1..8"]
 def run_command(*argv: str) -> int:
     parser = _Parser(prog="mlxe")
     mlxe.tools.tune.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["tune", CONFIG, *argv])
+    args = parser.parse_args(["tune", CONFIG, "stop.eval_return=.inf", *argv])
     return args.func(args)
 
 
@@ -53,6 +53,10 @@ def test_explored_values_stay_within_their_ranges():
     (["--trials", "1", "--param", PARAMS[0], "--interval", "512"], r"--trials 1: .* at least 2"),
     (["--trials", "4", "--param", PARAMS[0], "--interval", "100000"], r"--interval 100000: .*stop.max_env_steps \(100000\)"),
     (["--trials", "4", "--param", "algo.bogus=1..2", "--interval", "512"], r"--param 'algo.bogus=1..2': .*algo.bogus"),
+    (["--trials", "4", "--param", PARAMS[0], "--interval", "512", "stop.eval_return=475"],
+     r"stop.eval_return: 475(\.0)? would end a member before its budget.*set stop.eval_return=.inf"),
+    (["--trials", "4", "--param", PARAMS[0], "--interval", "512", "stop.max_episodes=50"],
+     r"stop.max_episodes: 50 would end a member"),
 ])
 def test_the_command_refuses_what_pbt_cannot_read(argv, message):
     with pytest.raises(ConfigError, match=message):
@@ -95,10 +99,13 @@ def test_a_population_of_four_on_the_local_ray_exploits_and_explores(tmp_path, c
     taken = read_csv(copy / "metrics.csv")
     rounds = int(first["round"])
     rows = [i for i, steps in enumerate(given["env_steps"]) if steps <= rounds * 512]
-    assert list(taken["env_steps"][: len(rows)]) == list(given["env_steps"][rows])
+    assert rounds >= 1 and rows and list(taken["env_steps"][: len(rows)]) == list(given["env_steps"][rows])
+    # each round was a pause of one run: the learning rate anneals over the whole budget, not a round
+    lr = read_csv(copy / "metrics.csv")["lr"]
+    assert lr[len(rows) - 1] > 0.3 * lr[0]
     assert list(taken["iteration"]) == list(range(1, len(taken["iteration"]) + 1))
     assert (study_dir / "pbt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    with pytest.raises(ConfigError, match=r"holds a population already"):
+    with pytest.raises(ConfigError, match=r"holds a study already"):
         pbt(CONFIG, PARAMS, trials=4, interval=512, overrides=TINY, study_dir=study_dir)
     capsys.readouterr()
