@@ -109,3 +109,32 @@ def test_a_population_of_four_on_the_local_ray_exploits_and_explores(tmp_path, c
     with pytest.raises(ConfigError, match=r"holds a study already"):
         pbt(CONFIG, PARAMS, trials=4, interval=512, overrides=TINY, study_dir=study_dir)
     capsys.readouterr()
+
+
+def test_a_member_whose_training_fails_scores_minus_inf_to_the_end_of_its_budget(tmp_path, monkeypatch):
+    # the synchronous exploit waits for every member: one that raised out of Ray's trial would hang
+    # the population, so it reports -inf each round instead and the next exploit replaces it
+    from ray import tune
+
+    import mlxe.api
+    from mlxe.tools.pbt import train_member
+
+    class Context:
+        def get_trial_id(self) -> str:
+            return "1b699_00002"
+
+    def diverge(*args, **kwargs):
+        raise RuntimeError("diverged\nat iteration 3")
+
+    reports = []
+    monkeypatch.setattr(tune, "get_context", lambda: Context())
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: reports.append((metrics, checkpoint)))
+    monkeypatch.setattr(mlxe.api, "train", diverge)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # where the member works: restored after the test
+    train_member({"algo.lr": 0.5, "_base": "base.yaml", "_runs": str(tmp_path / "runs"), "_cwd": str(tmp_path),
+                  "_keys": ["algo.lr"], "_interval": 512, "_budget": 1536, "_column": "eval_return", "_every": 1})
+    assert [(m["member"], m["score"], m["env_steps"], m["finished"], c) for m, c in reports] == [
+        (2, float("-inf"), 512, 0, None), (2, float("-inf"), 1024, 0, None), (2, float("-inf"), 1536, 1, None)]
+    assert {m["error"] for m, _ in reports} == {"RuntimeError: diverged"}
