@@ -56,7 +56,7 @@ import yaml
 
 from mlxe.config import ConfigError, to_dict
 from mlxe.loading import load_config
-from mlxe.tools.search import Param, connect_ray, objective_column, parse_param, read_evaluations
+from mlxe.tools.search import Param, connect_ray, new_study_dir, objective_column, parse_space, read_evaluations
 
 __all__ = ["PBTResult", "pbt", "clip_to_ranges"]
 
@@ -128,21 +128,14 @@ def pbt(
                 f"{key}: {value!r} would end a member before its budget (and out of the population); each member "
                 f"trains stop.max_env_steps: set {key}=" + (".inf" if key == "stop.eval_return" else "null")
             )
-    if not params:
-        raise ConfigError("mlxe tune: give at least one --param key=low..high")
-    for p in params:
-        if isinstance(p, Param):
-            p.check(config_path, overrides)
-    space = [p if isinstance(p, Param) else parse_param(p, config_path, overrides) for p in params]
+    space = parse_space(params, config_path, overrides)
     keys = [p.key for p in space]
-    if len(set(keys)) < len(keys):
-        raise ConfigError(f"--param: {next(k for k in keys if keys.count(k) > 1)} is given twice")
 
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
     from ray.tune.search import BasicVariantGenerator
 
-    study_dir = Path(study_dir) if study_dir is not None else _new_study_dir(base)
+    study_dir = Path(study_dir) if study_dir is not None else new_study_dir(base, "pbt")
     study_dir = study_dir.resolve()
     if (study_dir / EXPERIMENT).exists() or (study_dir / "study.journal").exists():
         raise ConfigError(f"--study-dir {study_dir}: holds a study already (a population-based study is not "
@@ -197,15 +190,6 @@ def _domain(tune: Any, p: Param) -> Any:
     if p.integer:
         return tune.lograndint(int(p.low), int(p.high) + 1) if p.log else tune.randint(int(p.low), int(p.high) + 1)
     return tune.loguniform(p.low, p.high) if p.log else tune.uniform(p.low, p.high)
-
-
-def _new_study_dir(cfg: Any) -> Path:
-    base = Path(cfg.run.dir) / f"pbt-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
 
 
 # --------------------------------------------------------------------------- one member

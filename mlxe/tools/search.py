@@ -8,6 +8,7 @@ import csv
 import math
 import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from mlxe.config import Config, ConfigError
 from mlxe.loading import load_config
 
-__all__ = ["Param", "parse_param", "read_evaluations", "objective_column", "connect_ray"]
+__all__ = ["Param", "parse_param", "parse_space", "read_evaluations", "objective_column", "new_study_dir", "connect_ray"]
 
 _INT = re.compile(r"[+-]?\d+")
 
@@ -95,6 +96,22 @@ def parse_param(text: str, config_path: str | Path | None = None, overrides: Seq
     return param
 
 
+def parse_space(params: Sequence[str | Param], config_path: str | Path | None = None,
+                overrides: Sequence[str] = ()) -> list[Param]:
+    """The searched settings of ``params`` (``key=low..high[,log]`` texts or :class:`Param`), each checked
+    against the config at ``config_path`` with ``overrides``; none, or a key given twice, is a ConfigError."""
+    if not params:
+        raise ConfigError("mlxe tune: give at least one --param key=low..high")
+    for p in params:
+        if isinstance(p, Param):
+            p.check(config_path, overrides)
+    space = [p if isinstance(p, Param) else parse_param(p, config_path, overrides) for p in params]
+    keys = [p.key for p in space]
+    if len(set(keys)) < len(keys):
+        raise ConfigError(f"--param: {next(k for k in keys if keys.count(k) > 1)} is given twice")
+    return space
+
+
 def read_evaluations(metrics_csv: Path, column: str = "eval_return", every: int = 1) -> list[tuple[int, float]]:
     """``(env_steps, value)`` of the rows of a (growing) ``metrics.csv`` that have a ``column`` value,
     on iterations that are multiples of ``every`` (``stop.eval_every`` for ``eval_return``, whose value
@@ -125,6 +142,16 @@ def objective_column(cfg: Config, config_path: str | Path, metric: str | None) -
             "stop.eval_every (iterations between evaluations), e.g. stop.eval_return=.inf stop.eval_every=5"
         )
     return "eval_return", cfg.stop.eval_every
+
+
+def new_study_dir(cfg: Config, kind: str) -> Path:
+    """A study directory not yet taken: ``<run.dir>/<kind>-<config name>-<time>`` (``-2``, ... after it)."""
+    base = Path(cfg.run.dir) / f"{kind}-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def connect_ray(address: str | None, cpus: int, connect_timeout: float) -> bool:

@@ -42,7 +42,7 @@ import yaml
 
 from mlxe.config import Config, ConfigError, to_dict
 from mlxe.loading import load_config
-from mlxe.tools.search import Param, connect_ray, objective_column, parse_param, read_evaluations
+from mlxe.tools.search import Param, connect_ray, new_study_dir, objective_column, parse_space, read_evaluations
 
 __all__ = [
     "TuneResult", "TrialRun", "tune", "run_trial", "make_pruner", "write_trials_csv", "plot_search", "add_parser",
@@ -290,17 +290,9 @@ def tune(
         raise ConfigError(f"--trials {trials} / --parallel {parallel}: both must be >= 1")
     if backend not in ("local", "ray"):
         raise ConfigError(f"--backend {backend!r} is not allowed; expected 'local' or 'ray'")
-    if not params:
-        raise ConfigError("mlxe tune: give at least one --param key=low..high")
-    for p in params:
-        if isinstance(p, Param):
-            p.check(config_path, overrides)
-    space = [p if isinstance(p, Param) else parse_param(p, config_path, overrides) for p in params]
-    keys = [p.key for p in space]
-    if len(set(keys)) < len(keys):
-        raise ConfigError(f"--param: {next(k for k in keys if keys.count(k) > 1)} is given twice")
+    space = parse_space(params, config_path, overrides)
 
-    study_dir = Path(study_dir) if study_dir is not None else _new_study_dir(base)
+    study_dir = Path(study_dir) if study_dir is not None else new_study_dir(base, "tune")
     study_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     with _quiet(optuna):  # a line per trial is printed here instead of Optuna's log
@@ -436,15 +428,6 @@ def _counts(frozen: Any) -> bool:
 
 def _show(values: dict[str, int | float]) -> str:
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
-
-
-def _new_study_dir(cfg: Config) -> Path:
-    base = Path(cfg.run.dir) / f"tune-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
 
 
 def _open_study(optuna: Any, study_dir: Path, config_path: str | Path, space: list[Param], overrides: list[str],
