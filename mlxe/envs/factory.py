@@ -17,7 +17,7 @@ from mlxe.config import ConfigError, EnvConfig
 from mlxe.envs import masks, ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
-__all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "to_env_action", "action_layout", "mask_width", "observation_layout",
+__all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "action_parts", "to_env_action", "action_layout", "mask_width", "observation_layout",
            "observation_parts", "byte_scale"]
 
 ATARI_EXTRA = "pip install 'mlxe[atari]'"
@@ -257,47 +257,89 @@ def action_nvec(space: gymnasium.Space, where: str = "the action space") -> tupl
     """The actions of each categorical part of a Discrete, MultiDiscrete or MultiBinary action space,
     or a Tuple or Dict of those, in Gymnasium's flattening order: what a factorized categorical
     policy head draws (a MultiBinary's bits are parts of 2). A ConfigError names a part of any other
-    kind (``where``: its path)."""
+    kind (``where``: its path), a Box part included (:func:`action_parts` reads those)."""
+    nvec, low, _ = action_parts(space, where)
+    if len(low):
+        raise ConfigError(f"{where} is {space}: its Box parts need a hybrid policy (a Gaussian beside the categoricals)")
+    return nvec
+
+
+def action_parts(space: gymnasium.Space, where: str = "the action space") -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """(nvec, low, high) of a composite action space: the actions of each categorical part (as
+    :func:`action_nvec`) and the bounds [D] float64 of the values of its 1-D float Box parts (a hybrid
+    space: a Gaussian part beside the categoricals), each in Gymnasium's order (Tuple index, Dict key).
+    A ConfigError names a part of another kind (``where``: its path), and a space of Box parts only."""
+    nvec: list[int] = []
+    low: list[float] = []
+    high: list[float] = []
+    _walk_parts(space, where, nvec, low, high, top=True)
+    if low and not nvec:
+        raise ConfigError(f"{where} is {space}: it has Box parts only; use one 1-D Box (its bounds may differ per dimension)")
+    return tuple(nvec), np.array(low, np.float64), np.array(high, np.float64)
+
+
+def _walk_parts(space: gymnasium.Space, where: str, nvec: list, low: list, high: list, top: bool = False) -> None:
     gym = gymnasium
     if isinstance(space, gym.spaces.Discrete):
-        return (int(space.n),)
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return tuple(int(n) for n in np.ravel(space.nvec))
-    if isinstance(space, gym.spaces.MultiBinary):
-        return (2,) * int(np.prod(space.n))
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(n for i, part in enumerate(space.spaces) for n in action_nvec(part, f"{where}[{i}]"))
-    if isinstance(space, gym.spaces.Dict):
-        return tuple(n for key, part in space.spaces.items() for n in action_nvec(part, f"{where}[{key!r}]"))
-    raise ConfigError(
-        f"{where} is {space}: supported are a Discrete, a 1-D Box, and MultiDiscrete, MultiBinary, or a Tuple "
-        "or Dict of Discrete, MultiDiscrete and MultiBinary parts (a factorized categorical policy)"
-    )
+        nvec.append(int(space.n))
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        nvec.extend(int(n) for n in np.ravel(space.nvec))
+    elif isinstance(space, gym.spaces.MultiBinary):
+        nvec.extend((2,) * int(np.prod(space.n)))
+    elif isinstance(space, gym.spaces.Tuple):
+        for i, part in enumerate(space.spaces):
+            _walk_parts(part, f"{where}[{i}]", nvec, low, high)
+    elif isinstance(space, gym.spaces.Dict):
+        for key, part in space.spaces.items():
+            _walk_parts(part, f"{where}[{key!r}]", nvec, low, high)
+    elif isinstance(space, gym.spaces.Box) and not top:
+        if len(space.shape) != 1:
+            raise ConfigError(f"{where} is {space}: a Box part of a Tuple or Dict action space must be 1-D (a Gaussian "
+                              "part of D values)")
+        if not np.issubdtype(space.dtype, np.floating):
+            raise ConfigError(f"{where} is {space}: a Box part needs a float dtype; integer choices are a Discrete or "
+                              "MultiDiscrete part")
+        low.extend(float(x) for x in space.low)
+        high.extend(float(x) for x in space.high)
+    else:
+        raise ConfigError(
+            f"{where} is {space}: supported are a Discrete, a 1-D Box, and MultiDiscrete, MultiBinary, or a Tuple "
+            "or Dict of Discrete, MultiDiscrete, MultiBinary and 1-D Box parts (a factorized categorical policy, with a "
+            "Gaussian part for the Box values)"
+        )
 
 
-def to_env_action(space: gymnasium.Space, parts: np.ndarray):
-    """The action ``space``'s environment takes for the factorized categorical action ``parts`` [K]
-    (each part's index from 0, in :func:`action_nvec`'s order): a Discrete's index plus its start,
-    a MultiDiscrete's array (plus its start), a MultiBinary's int8 array, a tuple or dict of those."""
-    return _env_action(space, np.asarray(parts))[0]
+def to_env_action(space: gymnasium.Space, action: np.ndarray, categorical: int | None = None):
+    """The action ``space``'s environment takes for the stored composite action ``action`` [K + D]:
+    each categorical part's index from 0 (in :func:`action_parts`' order), then the Box parts' values
+    (a hybrid space; ``categorical``: K, else read from ``space``). A Discrete's index plus its start,
+    a MultiDiscrete's array (plus its start), a MultiBinary's int8 array, a Box part's values clipped
+    to its bounds in its dtype; a tuple or dict of those."""
+    action = np.asarray(action)
+    if categorical is None:
+        categorical = len(action) if np.issubdtype(action.dtype, np.integer) else len(action_parts(space)[0])
+    return _env_action(space, action[:categorical].astype(np.int64), action[categorical:])[0]
 
 
-def _env_action(space: gymnasium.Space, parts: np.ndarray):
-    """(the action of ``space`` read from the front of ``parts``, the parts after it)."""
+def _env_action(space: gymnasium.Space, parts: np.ndarray, values: np.ndarray):
+    """(the action of ``space`` read from the front of ``parts`` and ``values``, the parts and values after it)."""
     gym = gymnasium
     if isinstance(space, gym.spaces.Discrete):
-        return int(parts[0]) + int(space.start), parts[1:]
+        return int(parts[0]) + int(space.start), parts[1:], values
     if isinstance(space, gym.spaces.MultiDiscrete):
         n = space.nvec.size
-        return (parts[:n].reshape(space.nvec.shape) + space.start).astype(space.dtype), parts[n:]
+        return (parts[:n].reshape(space.nvec.shape) + space.start).astype(space.dtype), parts[n:], values
     if isinstance(space, gym.spaces.MultiBinary):
         n = int(np.prod(space.n))
-        return parts[:n].reshape(space.shape).astype(space.dtype), parts[n:]
+        return parts[:n].reshape(space.shape).astype(space.dtype), parts[n:], values
+    if isinstance(space, gym.spaces.Box):
+        n = space.shape[0]
+        return np.clip(values[:n], space.low, space.high).astype(space.dtype), parts, values[n:]
     items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
     out = {}
     for key, part in items:
-        out[key], parts = _env_action(part, parts)
-    return (out if isinstance(space, gym.spaces.Dict) else tuple(out.values())), parts
+        out[key], parts, values = _env_action(part, parts, values)
+    return (out if isinstance(space, gym.spaces.Dict) else tuple(out.values())), parts, values
 
 
 def mask_width(actions: int | gymnasium.Space) -> int:
@@ -307,17 +349,19 @@ def mask_width(actions: int | gymnasium.Space) -> int:
         return actions
     if isinstance(actions, gymnasium.spaces.Box):
         return 0
-    return sum(action_nvec(actions))
+    return sum(action_parts(actions)[0])  # a hybrid space's Box parts have no mask
 
 
 def action_layout(actions: int | gymnasium.Space) -> tuple[tuple[int, ...], np.dtype]:
     """How one environment's actions are stored, for ``actions`` as :func:`env_spaces` gives them:
-    an index ``()`` int64 (Discrete), the vector (A,) float32 (Box), or each part's index (K,) int64."""
+    an index ``()`` int64 (Discrete), the vector (A,) float32 (Box), each part's index (K,) int64, or
+    a hybrid space's indices then its Box parts' values (K + D,) float32 (exact for indices below 2**24)."""
     if isinstance(actions, int):
         return (), np.dtype(np.int64)
     if isinstance(actions, gymnasium.spaces.Box):
         return tuple(actions.shape), np.dtype(np.float32)
-    return (len(action_nvec(actions)),), np.dtype(np.int64)
+    nvec, low, _ = action_parts(actions)
+    return (len(nvec) + len(low),), np.dtype(np.float32 if len(low) else np.int64)
 
 
 def observation_layout(space: gymnasium.Space) -> tuple[tuple[int, ...], str, int]:

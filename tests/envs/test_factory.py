@@ -241,6 +241,59 @@ def test_a_composite_action_is_each_parts_index_and_back(kind):
         np.testing.assert_array_equal(env.indices(action), parts)
 
 
+HYBRID = {
+    "tuple": gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(3, start=-1), gymnasium.spaces.Box(-2.0, 2.0, (2,)),
+                                     gymnasium.spaces.MultiBinary(2))),
+    "dict": gymnasium.spaces.Dict({"kind": gymnasium.spaces.Discrete(3), "arg": gymnasium.spaces.Box(0.0, 1.0, (1,))}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HYBRID))
+def test_a_hybrid_action_is_the_parts_indices_then_the_box_values_and_back(kind):
+    """A Tuple or Dict with Box parts: one float32 row, the categorical parts' indices first (as for
+    categorical parts only), then the Box parts' values, each clipped to its bounds for the environment."""
+    from mlxe.envs.factory import action_layout, action_parts, mask_width, to_env_action
+
+    space = HYBRID[kind]
+    nvec, low, high = action_parts(space)
+    if kind == "tuple":
+        assert (nvec, list(low), list(high)) == ((3, 2, 2), [-2.0, -2.0], [2.0, 2.0])
+        row = np.array([2, 1, 0, -0.5, 7.0], np.float32)
+        action = to_env_action(space, row)
+        assert action[0] == 1 and action[1].tolist() == [-0.5, 2.0] and action[2].tolist() == [1, 0]
+    else:  # Gymnasium orders a Dict's keys: arg, then kind
+        assert (nvec, list(low), list(high)) == ((3,), [0.0], [1.0])
+        action = to_env_action(space, np.array([2, 0.25], np.float32), categorical=1)
+        assert action["kind"] == 2 and action["arg"].tolist() == [0.25]
+    assert space.contains(action)
+    assert action_layout(space) == ((len(nvec) + len(low),), np.dtype(np.float32)) and mask_width(space) == sum(nvec)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        row = np.concatenate([rng.integers(0, nvec), rng.uniform(low - 1, high + 1)]).astype(np.float32)
+        assert space.contains(to_env_action(space, row))
+
+
+@pytest.mark.parametrize(("space", "match"), [
+    (gymnasium.spaces.Tuple((gymnasium.spaces.Box(-1, 1, (2,)), gymnasium.spaces.Box(0, 1, (1,)))), r"Box parts only; use one 1-D Box"),
+    (gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.Box(-1, 1, (2, 2)))),
+     r"the action space\[1\] is Box.*must be 1-D"),
+    (gymnasium.spaces.Dict({"n": gymnasium.spaces.Discrete(2), "k": gymnasium.spaces.Box(0, 5, (1,), np.int64)}),
+     r"the action space\['k'\] is Box.*needs a float dtype"),
+])
+def test_box_parts_a_hybrid_policy_cannot_read_are_config_errors_naming_the_part(space, match):
+    from mlxe.envs.factory import action_parts
+
+    with pytest.raises(ConfigError, match=match):
+        action_parts(space)
+
+
+def test_categorical_only_readers_refuse_a_hybrid_space_naming_it():
+    from mlxe.envs.factory import action_nvec
+
+    with pytest.raises(ConfigError, match=r"its Box parts need a hybrid policy"):
+        action_nvec(HYBRID["tuple"])
+
+
 def test_a_discrete_space_that_does_not_start_at_0_is_shifted():
     """Its actions are stored from 0 (any algorithm of Discrete actions) and stepped from its start."""
     from mlxe.config import EnvConfig
