@@ -8,6 +8,9 @@
 * Factorized categorical (MultiDiscrete, MultiBinary, and Tuple or Dict of those): K independent
   categoricals, part k over ``nvec[k]`` actions, their logits side by side in one head
   (:class:`MultiCategorical`): log pi(a|s) = sum_k log pi_k(a_k|s), H = sum_k H_k.
+* Hybrid (a Tuple or Dict of categorical parts and 1-D Box parts, :class:`Hybrid`): the factorized
+  categorical times a diagonal Gaussian over the D Box values, independent: log-probs, entropies and
+  KL divergences add (as RLlib's ``TorchMultiActionDistribution`` sums its children's).
 
 :func:`log_prob_entropy` takes any head's output (``ActorCritic.forward``'s ``policy``), so a loss
 reads the same for every kind of action.
@@ -47,12 +50,28 @@ class MultiCategorical:
         return MultiCategorical(self.logits.detach(), self.nvec)
 
 
+@dataclass(frozen=True)
+class Hybrid:
+    """The policy head's output for a hybrid action space: its categorical parts (a
+    :class:`MultiCategorical`) and a diagonal Gaussian over the values of its Box parts, ``mean`` and
+    ``std`` [*B, D]; actions are [*B, K + D] float32, the K parts' indices then the D values."""
+
+    categorical: MultiCategorical
+    mean: Any
+    std: Any
+
+    def detach(self) -> Hybrid:
+        return Hybrid(self.categorical.detach(), self.mean.detach(), self.std.detach())
+
+
 def map_policy(fn, policy):
     """``fn`` applied to every tensor of a policy head's output, its kind kept (e.g. a reshape)."""
     if isinstance(policy, tuple):
         return tuple(map(fn, policy))
     if isinstance(policy, MultiCategorical):
         return MultiCategorical(fn(policy.logits), policy.nvec)
+    if isinstance(policy, Hybrid):
+        return Hybrid(map_policy(fn, policy.categorical), fn(policy.mean), fn(policy.std))
     return fn(policy)
 
 
@@ -63,6 +82,8 @@ def masked(policy, mask):
         return policy
     if isinstance(policy, tuple):
         raise ValueError("an action mask applies to categorical actions, not to a Gaussian head's")
+    if isinstance(policy, Hybrid):  # the categorical parts only: Box values have no mask
+        return Hybrid(masked(policy.categorical, mask), policy.mean, policy.std)
     return map_policy(lambda logits: logits.masked_fill(~mask, MASKED_LOGIT), policy)
 
 
@@ -96,20 +117,28 @@ def multi_categorical(policy: MultiCategorical, action):
 def log_prob_entropy(policy, action):
     """(log pi(a|s) [B], entropy [B]) of a policy head's output: ``policy`` is logits [B, A] with
     ``action`` [B] int64 (Discrete), the pair (mean [B, A], std [B, A]) with ``action`` [B, A]
-    float32 (Box), or a :class:`MultiCategorical` with ``action`` [B, K] int64."""
+    float32 (Box), a :class:`MultiCategorical` with ``action`` [B, K] int64, or a :class:`Hybrid`
+    with ``action`` [B, K + D] float32."""
     if isinstance(policy, tuple):
         return gaussian(*policy, action)
     if isinstance(policy, MultiCategorical):
         return multi_categorical(policy, action)
+    if isinstance(policy, Hybrid):
+        k = len(policy.categorical.nvec)
+        logp, entropy = multi_categorical(policy.categorical, action[..., :k].long())
+        logp_box, entropy_box = gaussian(policy.mean, policy.std, action[..., k:])
+        return logp + logp_box, entropy + entropy_box
     return categorical(policy, action)
 
 
 def kl_divergence(old, new):
     """KL(old || new) [B] between two outputs of the same policy head: categorical logits [B, A],
-    (mean [B, A], std [B, A]) of diagonal Gaussians (summed over the A dimensions), or factorized
-    categoricals (summed over the parts)."""
+    (mean [B, A], std [B, A]) of diagonal Gaussians (summed over the A dimensions), factorized
+    categoricals (summed over the parts), or hybrids (the two added)."""
     import torch.nn.functional as F
 
+    if isinstance(old, Hybrid):
+        return kl_divergence(old.categorical, new.categorical) + kl_divergence((old.mean, old.std), (new.mean, new.std))
     if isinstance(old, MultiCategorical):
         a, b = old.parts(), new.parts()
         if isinstance(a, (list, tuple)):

@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from mlxe.ops.distributions import MultiCategorical, categorical, gaussian, kl_divergence, log_prob_entropy, masked
+from mlxe.ops.distributions import (
+    Hybrid,
+    MultiCategorical,
+    categorical,
+    gaussian,
+    kl_divergence,
+    log_prob_entropy,
+    map_policy,
+    masked,
+)
 from mlxe.ops.sampling import gaussian_log_prob, sample_multi_categorical
 
 
@@ -140,3 +149,49 @@ def test_masked_logits_give_illegal_actions_no_gradient():
 def test_a_mask_on_a_gaussian_head_is_an_error():
     with pytest.raises(ValueError, match="categorical actions, not to a Gaussian"):
         masked((torch.zeros(2, 1), torch.ones(2, 1)), torch.ones(2, 1, dtype=torch.bool))
+
+
+def hybrid(nvec=(3, 2), d=2, batch=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, sum(nvec), generator=g, requires_grad=True)
+    mean = torch.randn(batch, d, generator=g, requires_grad=True)
+    std = (torch.rand(batch, d, generator=g) + 0.3).requires_grad_()
+    parts = torch.stack([torch.randint(0, n, (batch,), generator=g) for n in nvec], dim=1)
+    values = torch.randn(batch, d, generator=g)
+    return Hybrid(MultiCategorical(logits, tuple(nvec)), mean, std), torch.cat([parts.float(), values], dim=1)
+
+
+def test_a_hybrid_head_is_its_categoricals_and_its_gaussian_independent():
+    policy, action = hybrid()
+    logp, entropy = log_prob_entropy(policy, action)
+    parts = policy.categorical.logits.split([3, 2], dim=-1)
+    cats = [torch.distributions.Categorical(logits=p) for p in parts]
+    normal = torch.distributions.Independent(torch.distributions.Normal(policy.mean, policy.std), 1)
+    expected = sum(c.log_prob(action[:, k].long()) for k, c in enumerate(cats)) + normal.log_prob(action[:, 2:])
+    torch.testing.assert_close(logp, expected)
+    torch.testing.assert_close(entropy, sum(c.entropy() for c in cats) + normal.entropy())
+    grads = torch.autograd.grad(logp.sum(), (policy.categorical.logits, policy.mean, policy.std))
+    expected_grads = torch.autograd.grad(expected.sum(), (policy.categorical.logits, policy.mean, policy.std))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_kl_of_two_hybrid_heads_is_the_sum_of_their_parts():
+    (p, _), (q, _) = hybrid(seed=1), hybrid(seed=2)
+    split = [torch.distributions.Categorical(logits=x) for x in p.categorical.logits.split([3, 2], dim=-1)]
+    other = [torch.distributions.Categorical(logits=x) for x in q.categorical.logits.split([3, 2], dim=-1)]
+    expected = sum(torch.distributions.kl_divergence(a, b) for a, b in zip(split, other))
+    expected = expected + torch.distributions.kl_divergence(
+        torch.distributions.Normal(p.mean, p.std), torch.distributions.Normal(q.mean, q.std)).sum(-1)
+    torch.testing.assert_close(kl_divergence(p, q), expected)
+
+
+def test_a_mask_on_a_hybrid_head_leaves_its_gaussian_as_it_is():
+    policy, _ = hybrid()
+    mask = torch.ones(6, 5, dtype=torch.bool)
+    mask[:, 1] = False
+    out = masked(policy, mask)
+    assert isinstance(out, Hybrid) and out.mean is policy.mean and out.std is policy.std
+    assert (out.categorical.logits[:, 1] < -1e7).all() and torch.equal(out.categorical.logits[:, 2:], policy.categorical.logits[:, 2:])
+    assert torch.isfinite(kl_divergence(out, masked(hybrid(seed=3)[0], mask))).all()
+    assert isinstance(map_policy(lambda x: x[:2], policy), Hybrid) and map_policy(lambda x: x[:2], policy).mean.shape == (2, 2)
