@@ -66,3 +66,15 @@ def sample_multi_categorical(logits: np.ndarray, nvec: tuple[int, ...], rng: np.
         actions[:, k] = np.argmax(scores, axis=1)
         logp += logp_all[np.arange(len(part)), actions[:, k]]
     return actions, logp
+
+
+def sample_hybrid(logits: np.ndarray, mean: np.ndarray, std: np.ndarray, nvec: tuple[int, ...],
+                  rng: np.random.Generator, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [B, K + D] float32 of a hybrid head: the K categorical parts' indices (logits
+    [B, sum(nvec)], as :func:`sample_multi_categorical` draws them) then D values of the Gaussian
+    N(mean, diag(std^2)) ([B, D] each); ``greedy``: each part's argmax and the mean. Returns them with
+    their log-probabilities [B], the parts' and the Gaussian's added."""
+    parts, logp = sample_multi_categorical(logits, nvec, rng, greedy)
+    noise = np.zeros_like(mean) if greedy else rng.standard_normal(mean.shape, dtype=np.float32)
+    values = mean + std * noise
+    return np.concatenate([parts.astype(np.float32), values], axis=1), logp + gaussian_log_prob(noise, std)
