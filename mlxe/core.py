@@ -79,7 +79,7 @@ def step_fields(spec: NetSpec) -> dict[str, Field]:
     """What every segment records, whatever the algorithm: obs (as stored: see
     :func:`~mlxe.envs.factory.observation_layout`), action, reward, terminated, truncated, and where
     the environment supplies masks, ``action_mask`` (the legal actions of ``obs``)."""
-    action = Field(spec.action_shape(), "float32" if spec.continuous else "int64")
+    action = Field(spec.action_shape(), spec.action_dtype)
     fields = {
         "obs": Field(spec.obs_shape, spec.obs_dtype),
         "action": action,

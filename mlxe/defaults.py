@@ -25,7 +25,7 @@ Q_LEARNING = ("dqn", "rainbow")
 DISCRETE_ONLY = ("a3c", *Q_LEARNING)
 CONTINUOUS_ONLY = ("ddpg", "td3", "sac")
 OFF_POLICY = Q_LEARNING + CONTINUOUS_ONLY
-DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac", "parts": "ppo"}
+DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac", "parts": "ppo", "hybrid": "ppo"}
 
 BUDGET_ENV_STEPS = 1_000_000
 EVAL_EPISODES = 10
@@ -93,7 +93,7 @@ class EnvFacts:
     """What the defaults need to know of an environment."""
 
     env_id: str
-    action_kind: str  # "discrete", "continuous" or "parts" (categorical parts: MultiDiscrete, MultiBinary, ...)
+    action_kind: str  # "discrete", "continuous", "parts" (categorical: MultiDiscrete, MultiBinary, ...) or "hybrid" (and Box parts)
     action_space: str  # its repr, for messages
     observation_space: str
     image: bool  # observations are images (uint8, 3-D)
@@ -117,7 +117,7 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
     import gymnasium
     import numpy as np
 
-    from mlxe.envs.factory import action_nvec, make_env
+    from mlxe.envs.factory import action_parts, make_env
 
     spec = dict(env)
     instance = make_env(
@@ -130,9 +130,9 @@ def inspect_env(env: dict[str, Any]) -> EnvFacts:
             kind = "discrete"
         elif isinstance(actions, gymnasium.spaces.Box) and len(actions.shape) == 1:
             kind = "continuous"
-        else:  # categorical parts (a ConfigError naming any other part)
-            action_nvec(actions, f"env.id: {spec['id']!r}'s action space")
-            kind = "parts"
+        else:  # categorical parts, and Box parts beside them (a ConfigError naming any other part)
+            _, low, _ = action_parts(actions, f"env.id: {spec['id']!r}'s action space")
+            kind = "hybrid" if len(low) else "parts"
         image = (
             isinstance(observations, gymnasium.spaces.Box)
             and observations.dtype == np.uint8
@@ -172,7 +172,8 @@ def check_algo(algo: str, facts: EnvFacts) -> None:
 
     if algo not in ALGORITHMS:
         raise ConfigError(f"--algo: unknown algorithm {algo!r}; expected one of {sorted(ALGORITHMS)}")
-    refused = {"continuous": DISCRETE_ONLY, "discrete": CONTINUOUS_ONLY, "parts": DISCRETE_ONLY + CONTINUOUS_ONLY}
+    refused = {"continuous": DISCRETE_ONLY, "discrete": CONTINUOUS_ONLY, "parts": DISCRETE_ONLY + CONTINUOUS_ONLY,
+               "hybrid": DISCRETE_ONLY + CONTINUOUS_ONLY}
     if algo in refused[facts.action_kind]:
         fits = [a for a in ALGORITHMS if a not in refused[facts.action_kind]]
         raise ConfigError(

@@ -12,7 +12,7 @@ import numpy as np
 from mlxe.algos.device import to_cpu
 from mlxe.algos.optim import Deferred, set_lr
 from mlxe.config import ConfigError
-from mlxe.models.actor_critic import NetSpec
+from mlxe.models.actor_critic import NetSpec, action_kind
 
 
 class IntrinsicReward:
@@ -25,6 +25,9 @@ class IntrinsicReward:
 
         if spec.custom is not None:
             raise ConfigError("icm.enabled: the curiosity module builds its encoder from model:, not from model.custom")
+        if spec.hybrid:
+            raise ConfigError(f"icm.enabled: the curiosity module predicts Discrete, Box or categorical-part actions, not "
+                              f"{action_kind(spec)}; set icm.enabled: false")
         self.beta, self.lr, self.device = icm.beta, icm.lr, device
         self.module = Curiosity(spec, icm.features, icm.hidden, icm.nu).to(device)
         self.optimizer = Deferred(lambda: torch.optim.Adam(self.module.parameters(), lr=self.lr))

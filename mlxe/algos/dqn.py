@@ -152,8 +152,8 @@ def epsilon(algo: Config, env_steps: float) -> float:
 
 
 def require_discrete(spec: NetSpec) -> None:
-    """DQN's Q head reads one Discrete space, or categorical parts as branches; not a Box."""
-    if spec.continuous:
+    """DQN's Q head reads one Discrete space, or categorical parts as branches; not a Box, nor a hybrid space's Box values."""
+    if spec.continuous or spec.hybrid:
         require_one_categorical(spec, "dqn")
 
 

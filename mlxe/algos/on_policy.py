@@ -43,7 +43,14 @@ from mlxe.models.actor_critic import NetSpec, share_flat
 from mlxe.models.network import acting_network
 from mlxe.ops.distributions import map_policy, masked
 from mlxe.ops.returns import gae
-from mlxe.ops.sampling import gaussian_log_prob, log_softmax, mask_logits, sample_categorical, sample_multi_categorical
+from mlxe.ops.sampling import (
+    gaussian_log_prob,
+    log_softmax,
+    mask_logits,
+    sample_categorical,
+    sample_hybrid,
+    sample_multi_categorical,
+)
 
 
 @dataclass
@@ -113,12 +120,18 @@ class ActorCriticPolicy:
         self.net.load(weights)
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
-        """``obs`` [E, *obs] -> (actions [E] int64, [E, A] float32 or [E, K] int64 (factorized), {logp,
-        value} [E], the next state); ``mask`` [E, A]: the legal actions (logits masked)."""
+        """``obs`` [E, *obs] -> (actions [E] int64, [E, A] float32, [E, K] int64 (factorized) or [E, K + D]
+        float32 (hybrid), {logp, value} [E], the next state); ``mask`` [E, A]: the legal actions (logits masked)."""
         if state is not None:
             policy, values, state = self.net.step(obs, state)
         else:
             policy, values = self.net(obs)
+        if self.spec.hybrid:
+            logits, mean, std = policy
+            if mask is not None:
+                logits = mask_logits(logits, mask)
+            actions, logp = sample_hybrid(logits, mean, std, self.spec.action_nvec, self.rng, greedy)
+            return actions, {"logp": logp, "value": values}, state
         if mask is not None:
             policy = mask_logits(policy, mask)
         if self.continuous:
@@ -260,7 +273,7 @@ def make_backprop(algo: OnPolicy):
     if choice == "numpy" and algo.spec.factorized:
         raise ConfigError(
             f"algo.backprop: 'numpy' back-propagates one categorical or a Gaussian head, not the {len(algo.spec.action_nvec)} "
-            "categorical parts of this action space; use 'auto' or 'autograd'"
+            f"categorical parts{' and Box values' if algo.spec.hybrid else ''} of this action space; use 'auto' or 'autograd'"
         )
     supported = algo.device.type == "cpu" and not algo.spec.noisy_policy and algo.spec.mlp_only and not algo.spec.factorized
     # auto: not beside torch's own thread pool, whose spinning threads and OpenBLAS's would share the cores

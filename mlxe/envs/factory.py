@@ -241,14 +241,14 @@ def env_spaces(env) -> tuple[gymnasium.Space, int | gymnasium.Space]:
     """(observation space, actions) of an environment: ``actions`` is the number of actions (int) of a
     Discrete action space (the vector envs add its start back), or the action space itself: a 1-D
     Box (continuous actions, a Gaussian policy head; :func:`mlxe.models.actor_critic.net_spec` reads
-    its bounds) or a composite of categorical parts (:func:`action_nvec`)."""
+    its bounds) or a composite of categorical parts and 1-D Box parts (:func:`action_parts`)."""
     gym = gymnasium
     space = env.action_space
     if isinstance(space, gym.spaces.Box):
         if len(space.shape) != 1:
             raise ConfigError(f"continuous actions need a 1-D Box action space, got {space}")
     else:
-        action_nvec(space)  # a ConfigError naming an unsupported part
+        action_parts(space)  # a ConfigError naming an unsupported part
     observation_layout(env.observation_space)  # an error here rather than in the model
     return env.observation_space, (int(space.n) if isinstance(space, gym.spaces.Discrete) else space)
 

@@ -7,7 +7,14 @@ import numpy as np
 
 from mlxe.config import EnvConfig
 from mlxe.envs import masks
-from mlxe.envs.factory import env_spaces, make_env_from_config, mask_width, observation_layout, to_env_action
+from mlxe.envs.factory import (
+    action_parts,
+    env_spaces,
+    make_env_from_config,
+    mask_width,
+    observation_layout,
+    to_env_action,
+)
 
 
 class GymVec:
@@ -38,6 +45,7 @@ class GymVec:
         space = self.envs[0].action_space
         self.bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.composite = None if isinstance(self.n_actions, (int, gym.spaces.Box)) else space  # factorized actions
+        self.categorical = len(action_parts(space)[0]) if self.composite is not None else 0  # its indices per row
         self.start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0  # a Discrete's first action
         self.seed = seed
         self.env_id = env.id
@@ -121,7 +129,7 @@ class GymVec:
         if self.bounds is not None:
             return np.clip(actions, *self.bounds)
         if self.composite is not None:
-            return [to_env_action(self.composite, a) for a in actions]
+            return [to_env_action(self.composite, a, self.categorical) for a in actions]
         return (actions + self.start).tolist() if self.start else actions.tolist()
 
     def state_dict(self) -> list[dict]:

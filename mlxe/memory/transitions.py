@@ -30,7 +30,7 @@ def transition_layout(spec) -> dict[str, tuple[tuple[int, ...], type]]:
     and where the environment supplies action masks, the legal actions of s_{t+m} (``next_mask``).
     ``spec``: a :class:`~mlxe.models.actor_critic.NetSpec`."""
     obs = (spec.obs_shape, np.dtype(spec.obs_dtype))
-    action = (spec.action_shape(), np.float32 if spec.continuous else np.int64)
+    action = (spec.action_shape(), np.dtype(spec.action_dtype))
     layout = {
         "obs": obs,
         "action": action,

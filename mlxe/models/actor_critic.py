@@ -82,7 +82,8 @@ class NetSpec:
     value_head: tuple[int, ...] = (64, 128, 64)
     activation: str = "relu"
     noisy_policy: bool = False  # NoisyNet layers in the policy head (twice the parameters)
-    # Box actions: per-dimension bounds [n_actions] (both None: Discrete actions, a categorical head)
+    # Box actions: per-dimension bounds [n_actions] (both None: Discrete actions, a categorical head);
+    # with action_nvec, the bounds [D] of a hybrid space's Box values (a Gaussian beside the categoricals)
     action_low: tuple[float, ...] | None = None
     action_high: tuple[float, ...] | None = None
     # factorized categorical actions (MultiDiscrete, MultiBinary, a Tuple or Dict of those): the actions
@@ -118,8 +119,13 @@ class NetSpec:
             raise ValueError(f"NetSpec: encoder {self.encoder!r} is not one of {', '.join(map(repr, ENCODERS))}")
         if (self.action_low is None) != (self.action_high is None):
             raise ValueError("NetSpec: give both action_low and action_high (Box actions) or neither (Discrete)")
-        if self.action_nvec and (self.continuous or sum(self.action_nvec) != self.n_actions or min(self.action_nvec) < 1):
-            raise ValueError(f"NetSpec: action_nvec {self.action_nvec} needs categorical actions, n_actions their sum")
+        if self.action_nvec and (sum(self.action_nvec) != self.n_actions or min(self.action_nvec) < 1):
+            raise ValueError(f"NetSpec: action_nvec {self.action_nvec} needs n_actions their sum")
+        if self.hybrid and max(self.action_nvec) > 2**24:
+            raise ConfigError(
+                f"env.id: a categorical part of {max(self.action_nvec)} actions in a hybrid action space is past "
+                "2**24, what its float32 action row holds exactly"
+            )
         if self.atoms < 1 or (self.atoms > 1 and (self.continuous or self.factorized)):
             raise ValueError(f"NetSpec: atoms {self.atoms} needs one categorical action space (a distributional Q head)")
         if self.action_mask and self.continuous:
@@ -127,13 +133,12 @@ class NetSpec:
                 "env.action_mask: a mask of legal actions needs categorical actions, not the Box action space's "
                 f"{self.n_actions} dimensions; set env.action_mask: false"
             )
-        if not self.continuous:
+        if not self.box_dims:
             return
         low, high = np.asarray(self.action_low, np.float64), np.asarray(self.action_high, np.float64)
-        if low.shape != (self.n_actions,) or high.shape != (self.n_actions,):
-            raise ValueError(
-                f"NetSpec: action bounds need {self.n_actions} values each, got {low.shape} and {high.shape}"
-            )
+        dims = self.box_dims if self.hybrid else self.n_actions
+        if low.shape != (dims,) or high.shape != (dims,):
+            raise ValueError(f"NetSpec: action bounds need {dims} values each, got {low.shape} and {high.shape}")
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
             raise ConfigError(
                 f"env.id: the Gaussian policy head needs finite action bounds low < high, got low={self.action_low} "
@@ -143,8 +148,8 @@ class NetSpec:
             raise ValueError(f"NetSpec: std {self.std!r} is not one of {', '.join(map(repr, STD_KINDS))}")
         if self.noisy_policy:
             raise ConfigError(
-                "model.noisy_policy: NoisyNet policy layers work with Discrete actions only, not with the "
-                "Gaussian head of Box actions"
+                "model.noisy_policy: NoisyNet policy layers work with categorical actions only, not with the "
+                "Gaussian head of Box actions or the Gaussian part of a hybrid space"
             )
 
     @property
@@ -249,18 +254,35 @@ class NetSpec:
     @property
     def continuous(self) -> bool:
         """Box actions (a Gaussian policy head) rather than Discrete ones (a categorical head)."""
-        return self.action_low is not None
+        return self.action_low is not None and not self.action_nvec
 
     @property
     def factorized(self) -> bool:
-        """Several categorical parts (``action_nvec``), an action [K] of their indices."""
+        """Several categorical parts (``action_nvec``), an action [K] of their indices (and of a hybrid
+        space, its Box values after them)."""
         return bool(self.action_nvec)
 
+    @property
+    def hybrid(self) -> bool:
+        """Categorical parts and the values of Box parts (a Tuple or Dict of both): a Gaussian beside the categoricals."""
+        return bool(self.action_nvec) and self.action_low is not None
+
+    @property
+    def box_dims(self) -> int:
+        """D, the Gaussian's dimensions: of the Box actions, or of a hybrid space's Box values (0: none)."""
+        return 0 if self.action_low is None else len(self.action_low)
+
+    @property
+    def action_dtype(self) -> str:
+        """How actions are stored: ``float32`` (Box values, a hybrid row) or ``int64`` (indices)."""
+        return "float32" if self.box_dims else "int64"
+
     def action_shape(self) -> tuple[int, ...]:
-        """One environment's action as stored: () an index, (A,) a Box vector, (K,) the parts' indices."""
+        """One environment's action as stored: () an index, (A,) a Box vector, (K,) the parts' indices,
+        (K + D,) a hybrid space's indices then its Box values."""
         if self.continuous:
             return (self.n_actions,)
-        return (len(self.action_nvec),) if self.factorized else ()
+        return (len(self.action_nvec) + self.box_dims,) if self.factorized else ()
 
     def layer_shapes(self) -> list[list[tuple[int, int]]]:
         """(in, out) of each Linear layer, grouped as [trunk, policy, value]."""
@@ -277,11 +299,14 @@ class NetSpec:
 
     def log_std_params(self) -> int:
         """Size of the learned state-independent log-std vector (0 where there is none)."""
-        return self.n_actions if self.continuous and self.std == "state_independent" else 0
+        return self.box_dims if self.box_dims and self.std == "state_independent" else 0
 
     def head_size(self) -> int:
         """Width of the policy head's output: A logits (Discrete; A x ``atoms`` for a distributional Q
-        head), A means, or A means and A std inputs (Box, ``std="softplus"``)."""
+        head), A means, or A means and A std inputs (Box, ``std="softplus"``); a hybrid space's logits
+        then its D means (and D std inputs)."""
+        if self.hybrid:
+            return self.n_actions + self.box_dims * (2 if self.std == "softplus" else 1)
         return self.n_actions * (2 if self.continuous and self.std == "softplus" else self.atoms)
 
     def num_params(self) -> int:
@@ -307,6 +332,9 @@ def action_kind(spec: NetSpec) -> str:
     """What the actions of ``spec`` are, in words (for errors)."""
     if spec.continuous:
         return f"a {spec.n_actions}-D Box"
+    if spec.hybrid:
+        return (f"a hybrid space of {len(spec.action_nvec)} categorical parts of {list(spec.action_nvec)} actions "
+                f"and {spec.box_dims} Box values")
     if spec.factorized:
         return f"{len(spec.action_nvec)} categorical parts of {list(spec.action_nvec)} actions (a MultiDiscrete, MultiBinary, Tuple or Dict)"
     return f"{spec.n_actions} Discrete actions"
@@ -317,7 +345,8 @@ def require_one_categorical(spec: NetSpec, algo: str) -> None:
     if spec.continuous or spec.factorized:
         raise ConfigError(
             f"algo.name: {algo!r} needs a Discrete action space, not {action_kind(spec)}; for Box actions use sac, "
-            "td3, ddpg, ppo, a2c, pg or trpo, for categorical parts ppo, appo, a2c, impala, pg or trpo"
+            "td3, ddpg, ppo, a2c, pg or trpo, for categorical parts (and a hybrid space's Box values) ppo, appo, a2c, "
+            "impala, pg or trpo"
         )
 
 
@@ -457,8 +486,8 @@ class NumpyActorCritic:
             groups.append(layers)
         self._trunk, self._policy, self._value = groups
         self._noisy = [layer for layer in self._policy if isinstance(layer, NumpyNoisyLinear)]
-        self.continuous = spec.continuous
-        if spec.continuous:
+        self.continuous, self.hybrid = spec.continuous, spec.hybrid
+        if spec.box_dims:
             self._center, self._scale = spec.action_center_scale()
             self._log_std = flat[offset : offset + spec.log_std_params()] if spec.log_std_params() else None
 
@@ -512,27 +541,31 @@ class NumpyActorCritic:
         """One step of a recurrent network: ``obs [B, obs_dim]``, ``state`` {name: [B, core_size]} ->
         (policy, value [B], the next state)."""
         h, state = self._core.step(self.features(obs), state)
-        policy = self.mlp(h, self._policy, True)
-        if self.continuous:
-            policy = self._gaussian(policy)
-        return policy, self._value_of(h), state
+        return self._head(self.mlp(h, self._policy, True)), self._value_of(h), state
 
     def __call__(self, obs: np.ndarray):
-        """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete)
-        or (mean [B, A], std [B, A]) (Box); a distributional head's value is [B, atoms]."""
+        """``obs [B, obs_dim] -> (policy, value [B])``, float32: ``policy`` is logits [B, A] (Discrete),
+        (mean [B, A], std [B, A]) (Box) or (logits [B, A], mean [B, D], std [B, D]) (hybrid); a
+        distributional head's value is [B, atoms]."""
         h = self.feed_forward(obs)
-        policy = self.mlp(h, self._policy, True)
+        return self._head(self.mlp(h, self._policy, True)), self._value_of(h)
+
+    def _head(self, out: np.ndarray):
+        """The policy head's output as the acting path reads it (see :meth:`__call__`)."""
         if self.continuous:
-            policy = self._gaussian(policy)
-        return policy, self._value_of(h)
+            return self._gaussian(out)
+        if self.hybrid:
+            n = self.spec.n_actions
+            return (out[:, :n], *self._gaussian(out[:, n:]))
+        return out
 
     def _value_of(self, h: np.ndarray) -> np.ndarray:
         out = self.mlp(h, self._value, True)
         return out[:, 0] if self.spec.atoms == 1 else out
 
     def _gaussian(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Policy-head output [B, A or 2A] -> (mean [B, A], std [B, A]), as the torch module's ``gaussian``."""
-        n = self.spec.n_actions
+        """Policy-head output [B, D or 2D] -> (mean [B, D], std [B, D]), as the torch module's ``gaussian``."""
+        n = self.spec.box_dims
         mean = np.tanh(out[:, :n])
         mean *= self._scale
         mean += self._center
@@ -567,7 +600,7 @@ def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = Fal
     parts = observation_parts(observation_space)
     import gymnasium
 
-    from mlxe.envs.factory import action_nvec
+    from mlxe.envs.factory import action_parts
 
     box = {}
     if isinstance(actions, gymnasium.spaces.Box):
@@ -576,9 +609,13 @@ def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = Fal
             std=m.std, log_std_init=m.log_std_init,
         )
         actions = actions.shape[0]
-    elif not isinstance(actions, Integral):  # a composite of categorical parts: one head of their logits
-        box = dict(action_nvec=action_nvec(actions))
-        actions = sum(box["action_nvec"])
+    elif not isinstance(actions, Integral):  # a composite: one head of its categorical parts' logits (then its Box values')
+        nvec, low, high = action_parts(actions)
+        box = dict(action_nvec=nvec)
+        if len(low):
+            box |= dict(action_low=tuple(low.tolist()), action_high=tuple(high.tolist()), std=m.std,
+                        log_std_init=m.log_std_init)
+        actions = sum(nvec)
     encoder = m.encoder
     if encoder == "auto":
         encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"

@@ -23,7 +23,7 @@ from mlxe.models.cores import RecurrentCore
 from mlxe.models.encoders import ACTIVATIONS, as_float, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
 from mlxe.models.off_policy import actor_shapes, critic_shapes
-from mlxe.ops.distributions import MultiCategorical
+from mlxe.ops.distributions import Hybrid, MultiCategorical
 
 
 class NoisyLinear(nn.Module):
@@ -75,6 +75,16 @@ class LogStd(nn.Module):
         self.weight = nn.Parameter(torch.full((n,), init))
 
 
+def as_arrays(policy):
+    """A head's output as tensors the acting path reads: the logits of a :class:`MultiCategorical`,
+    (logits, mean, std) of a :class:`Hybrid`, else as it is."""
+    if isinstance(policy, MultiCategorical):
+        return policy.logits
+    if isinstance(policy, Hybrid):
+        return policy.categorical.logits, policy.mean, policy.std
+    return policy
+
+
 class ActorCritic(nn.Module):
     """``forward(obs [*lead, *obs_shape] as stored) -> (policy, value [*lead])``: ``policy`` is logits
     [*lead, A] (Discrete) or (mean, std), each [*lead, A] (Box).
@@ -102,7 +112,7 @@ class ActorCritic(nn.Module):
             self.value = mlp(value, spec.activation, last_linear=True)
             if spec.init == "orthogonal":
                 self.orthogonal_init()
-        if spec.continuous:
+        if spec.box_dims:  # a Gaussian head, or a hybrid space's Gaussian part
             center, scale = spec.action_center_scale()
             self.register_buffer("center", torch.as_tensor(center), persistent=False)
             self.register_buffer("scale", torch.as_tensor(scale), persistent=False)
@@ -113,9 +123,9 @@ class ActorCritic(nn.Module):
                         last.weight.mul_(0.01)
                     last.bias.zero_()
                     if spec.std == "softplus":
-                        last.bias[spec.n_actions :] = spec.softplus_bias()
+                        last.bias[-spec.box_dims :] = spec.softplus_bias()
             if spec.std == "state_independent":
-                self.log_std = LogStd(spec.n_actions, spec.log_std_init)
+                self.log_std = LogStd(spec.box_dims, spec.log_std_init)
         if spec.custom is not None:
             check_custom(self, spec)
 
@@ -173,14 +183,18 @@ class ActorCritic(nn.Module):
 
     def distribution(self, head: torch.Tensor):
         """The policy head's output [*lead, head_size] as :func:`mlxe.ops.distributions.log_prob_entropy`
-        reads it: the logits (Discrete), (mean, std) (Box), or a :class:`MultiCategorical` (factorized)."""
+        reads it: the logits (Discrete), (mean, std) (Box), a :class:`MultiCategorical` (factorized) or a
+        :class:`Hybrid` (categorical parts and Box values)."""
         if self.spec.continuous:
             return self.gaussian(head)
+        if self.spec.hybrid:
+            n = self.spec.n_actions
+            return Hybrid(MultiCategorical(head[..., :n], self.spec.action_nvec), *self.gaussian(head[..., n:]))
         return MultiCategorical(head, self.spec.action_nvec) if self.spec.factorized else head
 
     def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy-head output [*lead, A or 2A] -> (mean [*lead, A], std [*lead, A])."""
-        n = self.spec.n_actions
+        """Policy-head output [*lead, D or 2D] -> (mean [*lead, D], std [*lead, D])."""
+        n = self.spec.box_dims
         mean = self.center + self.scale * torch.tanh(out[..., :n])
         if self.spec.std == "softplus":
             return mean, F.softplus(out[..., n:]) + MIN_STD
@@ -281,9 +295,9 @@ class FlatActorCritic:
         return self._policy(policy), self._numpy(value)
 
     def _policy(self, policy):
-        """A head's output in NumPy, as the NumPy mirror gives it (a factorized head's: its logits)."""
-        if isinstance(policy, MultiCategorical):
-            policy = policy.logits
+        """A head's output in NumPy, as the NumPy mirror gives it (a factorized head's: its logits; a
+        hybrid head's: (logits, mean, std))."""
+        policy = as_arrays(policy)
         return tuple(map(self._numpy, policy)) if isinstance(policy, tuple) else self._numpy(policy)
 
     def step(self, obs: np.ndarray, state: dict[str, np.ndarray]):
@@ -294,8 +308,7 @@ class FlatActorCritic:
             policy, value, state = self.module.sequence(
                 x, {k: self._tensor(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
             )
-        if isinstance(policy, MultiCategorical):
-            policy = policy.logits
+        policy = as_arrays(policy)
         policy = tuple(self._numpy(p[0]) for p in policy) if isinstance(policy, tuple) else self._numpy(policy[0])
         return policy, self._numpy(value[0]), {k: self._numpy(v) for k, v in state.items()}
 

@@ -53,7 +53,7 @@ class JointPolicy:
     def __init__(self, plans: list[PolicyPlan], agents: int, spec, seed: int, executors: int) -> None:
         self.plans, self.agents = plans, agents
         self.action_shape = spec.action_shape()
-        self.action_dtype = np.float32 if spec.continuous else np.int64
+        self.action_dtype = np.dtype(spec.action_dtype)
         self.policies = [
             RulePolicy(p.rule, f"policies.{p.name}.rule", self.action_shape) if p.rule is not None
             else _algorithm(p).make_policy(p.cfg, p.spec, _sub_seed(seed, i), executors)

@@ -16,7 +16,9 @@ Routes (every one needs ``Authorization: Bearer <token>``; JSON in and out; erro
 
 * ``GET /v1/spec``: observation shape and dtype, the action space, ``recurrent``, the run and checkpoint;
 * ``POST /v1/act`` ``{"observations": [[...]] * B, "session"?: id, "episode_start"?: [bool] * B}``
-  -> ``{"actions": [...] * B}`` (ints for Discrete actions, lists of floats clipped to the bounds for Box);
+  -> ``{"actions": [...] * B}`` (ints for Discrete actions, lists of floats clipped to the bounds for Box,
+  lists of each part's index for categorical parts, and for a hybrid space the indices then the Box
+  values clipped, all as floats);
 * ``POST /v1/sessions`` ``{"envs": B}`` -> ``{"session": id}``: the recurrent state of B environments,
   which a recurrent policy needs (``episode_start`` resets rows); ``DELETE /v1/sessions/{id}`` ends it,
   and a session idle for 10 minutes expires. The open sessions hold at most 65,536 environments in
@@ -79,7 +81,7 @@ class ServedPolicy:
     normalize_obs: Callable[[np.ndarray], np.ndarray]  # obs [B, *obs] as the policy was trained to see them
     obs_shape: tuple[int, ...]
     obs_dtype: str
-    bounds: tuple[np.ndarray, np.ndarray] | None  # Box actions' [A] low and high (None: Discrete)
+    bounds: tuple[np.ndarray, np.ndarray] | None  # Box actions' [A] (a hybrid row's [K + D]) low and high (None: none)
     recurrent: bool
     greedy: bool
     spec: dict  # the /v1/spec answer
@@ -128,6 +130,12 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
         action = {
             "kind": "box", "shape": [spec.n_actions], "low": list(spec.action_low), "high": list(spec.action_high),
         }
+    elif spec.hybrid:  # each categorical part's index, then the Box values clipped to their bounds
+        k = len(spec.action_nvec)
+        bounds = (np.r_[np.full(k, -np.inf), spec.action_low].astype(np.float32),
+                  np.r_[np.full(k, np.inf), spec.action_high].astype(np.float32))
+        action = {"kind": "hybrid", "nvec": list(spec.action_nvec),
+                  "box": {"shape": [spec.box_dims], "low": list(spec.action_low), "high": list(spec.action_high)}}
     elif spec.factorized:  # an action is each part's index (a MultiDiscrete's, a MultiBinary's bits, ...)
         bounds, action = None, {"kind": "multi_discrete", "nvec": list(spec.action_nvec)}
     else:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from mlxe.config import ConfigError
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 from mlxe.models.network import build_torch
 
@@ -254,6 +257,42 @@ def test_a_factorized_head_holds_every_parts_logits_side_by_side():
         np.testing.assert_allclose(net(obs)[0], policy.logits.numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="action_nvec"):
         NetSpec(obs_shape=5, n_actions=8, action_nvec=(3, 4, 2))
+
+
+@pytest.mark.parametrize("std", ["state_independent", "softplus"])
+def test_a_hybrid_head_holds_the_parts_logits_then_the_gaussians_inputs(std):
+    """Categorical parts of [3, 2] actions and 2 Box values: one head of 5 logits and 2 means (and 2 std
+    inputs), the log std last in the flat vector; the NumPy mirror, the torch acting network and the
+    module give the same (logits, mean, std), the policy starting near uniform at the Box's center."""
+    from mlxe.models.torch_modules import FlatActorCritic
+    from mlxe.ops.distributions import Hybrid
+
+    spec = NetSpec(obs_shape=5, n_actions=5, trunk=(8,), policy_head=(), value_head=(), action_nvec=(3, 2),
+                   action_low=(-2.0, 0.0), action_high=(2.0, 1.0), std=std, log_std_init=-0.5)
+    assert spec.hybrid and spec.factorized and not spec.continuous and spec.box_dims == 2
+    assert spec.action_shape() == (4,) and spec.action_dtype == "float32"
+    assert spec.head_size() == 5 + (4 if std == "softplus" else 2) and spec.log_std_params() == (2 if std != "softplus" else 0)
+    torch.manual_seed(0)
+    model = build_torch(spec)
+    assert sum(p.numel() for p in model.parameters()) == spec.num_params()
+    obs = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    with torch.no_grad():
+        policy, _ = model(torch.as_tensor(obs))
+    assert isinstance(policy, Hybrid) and policy.categorical.logits.shape == (6, 5) and policy.mean.shape == (6, 2)
+    assert policy.categorical.logits.abs().max() < 0.2
+    np.testing.assert_allclose(policy.mean.numpy(), np.tile([0.0, 0.5], (6, 1)), atol=0.05)
+    np.testing.assert_allclose(policy.std.numpy(), np.exp(-0.5), rtol=0.05)
+    with torch.no_grad():  # leave the near-constant initial policy
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        policy, _ = model(torch.as_tensor(obs))
+    for net in (NumpyActorCritic(spec, flat_of(model)), FlatActorCritic(spec, flat_of(model))):
+        logits, mean, std_ = net(obs)[0]
+        np.testing.assert_allclose(logits, policy.categorical.logits.numpy(), atol=1e-5)
+        np.testing.assert_allclose(mean, policy.mean.numpy(), atol=1e-5)
+        np.testing.assert_allclose(std_, policy.std.numpy(), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match=r"model.noisy_policy: .*Gaussian part of a hybrid space"):
+        dataclasses.replace(spec, noisy_policy=True)
 
 
 def test_orthogonal_init_is_stable_baselines3s():

@@ -45,6 +45,10 @@ def random_segment(spec, steps: int, rng: np.random.Generator, executor: int = 0
     if spec.continuous:
         low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
         action = rng.uniform(low, high, (steps, 1, spec.n_actions)).astype(np.float32)
+    elif spec.hybrid:  # each part's index, then the Box values
+        parts = rng.integers(0, spec.action_nvec, (steps, 1, len(spec.action_nvec)))
+        values = rng.uniform(spec.action_low, spec.action_high, (steps, 1, spec.box_dims))
+        action = np.concatenate([parts, values], axis=2).astype(np.float32)
     elif spec.factorized:
         action = rng.integers(0, spec.action_nvec, (steps, 1, len(spec.action_nvec)))
     else:
