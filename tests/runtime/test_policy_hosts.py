@@ -11,9 +11,9 @@ from mlxe.runtime.checkpoints import load_checkpoint
 from mlxe.telemetry.metrics import read_csv
 from tests.runtime.ray.helpers import assert_same_state
 
-# fork starts fastest, but not processes that compute gradients on a machine with CUDA (mlxe.runtime.setup.context)
-START = "start_method=spawn" if torch.cuda.is_available() else "start_method=fork"
-QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", START,
+# spawned: the policy processes compute gradients with torch, and a fork of a test worker whose other
+# libraries hold threads (and their locks) can leave such a child waiting on a lock for good
+QUIET = ["run.progress=false", "run.tensorboard=false", "run.plot=false", "run.eval_after=0", "start_method=spawn",
          "stop.eval_return=null", "stop.max_env_steps=1536", "run.checkpoint_every=2", "seed=1"]
 COLUMNS = ("cart_0/loss", "cart_1/loss", "cart_0/lr", "cart_1/entropy")
 

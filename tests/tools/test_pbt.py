@@ -9,15 +9,23 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray.tune", exc_type=ImportError)
+import mlxe.tools.tune
+from mlxe.cli import _Parser
+from mlxe.config import ConfigError
+from mlxe.loading import load_config
+from mlxe.telemetry.metrics import read_csv
+from mlxe.tools.pbt import clip_to_ranges, pbt
+from mlxe.tools.search import parse_param
 
-import mlxe.tools.tune  # noqa: E402
-from mlxe.cli import _Parser  # noqa: E402
-from mlxe.config import ConfigError  # noqa: E402
-from mlxe.loading import load_config  # noqa: E402
-from mlxe.telemetry.metrics import read_csv  # noqa: E402
-from mlxe.tools.pbt import clip_to_ranges, pbt  # noqa: E402
-from mlxe.tools.search import parse_param  # noqa: E402
+# On the Ray tests' worker: Ray Tune (pyarrow, pandas) starts threads when imported, and a worker
+# that later forks processes which compute with torch could deadlock in them. Imported by the tests
+# that need it, never at collection.
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(autouse=True)
+def ray_tune():
+    pytest.importorskip("ray.tune", exc_type=ImportError)
 
 CONFIG = "configs/zoo/ppo/CartPole-v1.yaml"
 # a member trains 2 rounds of 512 env steps (4 iterations of 128, a 2-episode evaluation every 2)
