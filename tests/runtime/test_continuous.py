@@ -96,8 +96,8 @@ def test_env_spaces_and_net_spec_of_a_box_action_space(tmp_path):
     "space, match",
     [
         (gymnasium.spaces.Box(-1.0, 1.0, shape=(2, 2), dtype=np.float32), "1-D Box action space, got Box"),
-        (gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.Box(-1, 1, (2,)))),
-         r"the action space\[1\] is Box.*Tuple or Dict of Discrete, MultiDiscrete and MultiBinary parts"),
+        (gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.Box(-1, 1, (2, 2)))),
+         r"the action space\[1\] is Box.*a Box part of a Tuple or Dict action space must be 1-D"),
         (gymnasium.spaces.Dict({"word": gymnasium.spaces.Text(4)}), r"the action space\['word'\] is Text"),
     ],
 )
