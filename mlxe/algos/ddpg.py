@@ -2,10 +2,14 @@
 
 Reads top to bottom: hyper-parameters -> acting -> targets -> losses -> update.
 
-* Acting (Executors, NumPy, the actor's weights only): a = clip(tanh(mu(s)) + noise, -1, 1) in the
-  normalized action space, the environment receiving center + scale * a. Noise (``algo.noise``):
+* Acting (Executors, the actor's weights only: NumPy for flat observations, torch for images):
+  a = clip(tanh(mu(s)) + noise, -1, 1) in the normalized action space, the environment receiving
+  center + scale * a. Noise (``algo.noise``):
   RELAAX's Ornstein-Uhlenbeck process (restarted with every episode), Gaussian or uniform. For the
   run's first ``learning_starts`` env steps actions are uniform over the Box, as Stable-Baselines3 does.
+* Networks (:mod:`mlxe.models.off_policy`): actor and critics each an encoder then an MLP; images
+  go through the critics' encoder, which the critics' loss trains and the actor reads without
+  training (SAC-AE, DrQ); with ``image_shift``, DrQ's random shifts of s and s' in every batch.
 * Targets: every Executor's n-step transitions go into one replay (Ape-X's layout,
   :mod:`mlxe.memory.transitions`); y = G + discount * Q'(s', mu'(s')) with the target networks.
 * Losses: critic: mean (Q(s, a) - y)^2 + l2_decay * sum(W^2) / 2 over the critic's weight matrices
@@ -37,7 +41,8 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights
-from mlxe.models.off_policy import NumpyActor, actor_params, check_spec
+from mlxe.models.off_policy import acting_actor, actor_params, check_spec
+from mlxe.ops.augment import random_shift
 
 
 @dataclass
@@ -66,11 +71,14 @@ class OffPolicyConfig(AlgoConfig):
     policy_delay: int = 1  # critic steps per actor step and target update
     l2_decay: float = 0.0  # the critics' weight decay
     cuda_graph: bool = True  # on a GPU, replay each gradient step as a CUDA graph (no effect on the CPU)
+    image_shift: int = 0  # image observations: DrQ's random shift by up to this many pixels (0: none)
 
     def check(self, cfg) -> None:
         super().check(cfg)
         if self.l2_decay < 0:
             raise ConfigError(f"algo.l2_decay: {self.l2_decay!r} is not allowed; expected a value >= 0")
+        if self.image_shift < 0:
+            raise ConfigError(f"algo.image_shift: {self.image_shift!r} is not allowed; expected pixels >= 0 (0: none)")
         for key in ("actor_lr", "critic_lr", "batch_size", "buffer_size", "updates_per_step", "n_step", "policy_delay"):
             check_positive(f"algo.{key}", getattr(self, key))
         for key in ("batch_size", "buffer_size"):
@@ -89,10 +97,13 @@ class OffPolicyConfig(AlgoConfig):
                 f"filters.obs: not supported with algo.name {self.name!r} (its replay would mix observations "
                 "normalized by statistics that keep moving)"
             )
-        if cfg.model.core != "none" or cfg.model.noisy_policy or cfg.model.init != "torch":
-            key = next(k for k, on in (("model.core", cfg.model.core != "none"), ("model.noisy_policy", cfg.model.noisy_policy),
-                                       ("model.init", True)) if on)
-            raise ConfigError(f"{key}: not supported with algo.name {self.name!r} (an MLP actor and critics)")
+        m = cfg.model
+        refused = {"model.core": m.core != "none", "model.custom": m.custom is not None,
+                   "model.noisy_policy": m.noisy_policy, "model.init": m.init != "torch"}
+        for key, on in refused.items():
+            if on:
+                raise ConfigError(f"{key}: not supported with algo.name {self.name!r} (a feed-forward actor and Q "
+                                  "critics, each an encoder then an MLP)")
 
     def rate(self, which: str) -> float:
         """The learning rate of the ``which`` ("actor" or "critic") optimizer."""
@@ -130,10 +141,10 @@ class ActorPolicy:
     Actions go to the environment as center + scale * a for a normalized a in [-1, 1]^A."""
 
     def __init__(self, cfg, spec: NetSpec, seed: int, outputs: int, executors: int = 1) -> None:
-        check_spec(spec, cfg.algo.name)
+        check_spec(spec, cfg.algo.name, cfg.algo.image_shift)
         self.algo, self.executors = cfg.algo, executors
         self.weights = np.zeros(actor_params(spec, outputs), np.float32)
-        self.actor = NumpyActor(spec, outputs, self.weights)
+        self.actor = acting_actor(spec, outputs, self.weights)
         self.center, self.scale = spec.action_center_scale()
         self.n_actions = spec.n_actions
         self.rng = np.random.default_rng(seed)
@@ -143,10 +154,10 @@ class ActorPolicy:
         return None
 
     def load(self, weights: np.ndarray) -> None:
-        np.copyto(self.weights, weights)
+        self.actor.load(weights)
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False):
-        """``obs`` [E, d] -> (actions [E, A] float32 in the Box, {}, the next state)."""
+        """``obs`` [E, *obs_shape] -> (actions [E, A] float32 in the Box, {}, the next state)."""
         u = self.actor(obs)
         if greedy:
             return self.to_env(np.tanh(u[:, : self.n_actions])), {}, state
@@ -227,16 +238,17 @@ class DDPG(Algorithm):
         from mlxe.models.torch_modules import Actor, QCritics
 
         super().__init__(cfg, spec, seed)
-        check_spec(spec, cfg.algo.name)
+        check_spec(spec, cfg.algo.name, cfg.algo.image_shift)
         torch.manual_seed(seed)
         a = self.algo = cfg.algo
         self.device = resolve_device(cfg.device)
         self.actor = Actor(spec, self.actor_outputs(spec)).to(self.device)
         self.critic = QCritics(spec, self.critics).to(self.device)
+        self.actor.encoder = self.critic.encoder  # one encoder, which the critics' loss trains (SAC-AE, DrQ)
         self.actor_target = self.target_copy(self.actor) if self.has_actor_target else None
         self.critic_target = self.target_copy(self.critic)
         self.captured = a.cuda_graph and self.device.type == "cuda"
-        self.actor_optimizer = self.adam(self.actor.parameters, a.rate("actor"))
+        self.actor_optimizer = self.adam(self.actor.net.parameters, a.rate("actor"))  # the encoder is the critics
         self.critic_optimizer = self.adam(self.critic.parameters, a.rate("critic"))
         self.finite = FiniteSteps(cfg.run.max_nonfinite, f"{type(self).__name__}'s Learner")
         self.graph = CapturedStep(self.gradient_step, self.device) if self.captured else None
@@ -322,6 +334,9 @@ class DDPG(Algorithm):
         import torch
 
         batch = batch | {"action": (batch["action"] - self.center) / self.scale}  # to [-1, 1]^A
+        if self.algo.image_shift:  # DrQ: each image of s and s' shifted anew, for the critics and the actor
+            for key in ("obs", "next_obs"):
+                batch[key] = random_shift(batch[key], self.algo.image_shift, self.spec.channels_last)
         loss, q = self.critic_loss(batch)
         self.step(self.critic_optimizer, loss)
         stats = [loss.detach(), q]

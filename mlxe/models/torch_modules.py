@@ -20,9 +20,9 @@ from torch import nn
 from mlxe.config import ConfigError
 from mlxe.models.actor_critic import MIN_STD, NetSpec, action_kind, load_custom
 from mlxe.models.cores import RecurrentCore
-from mlxe.models.encoders import ACTIVATIONS, as_float, make_encoder
+from mlxe.models.encoders import ACTIVATIONS, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
-from mlxe.models.off_policy import actor_shapes, critic_shapes
+from mlxe.models.off_policy import actor_params, actor_shapes, critic_shapes
 from mlxe.ops.distributions import Hybrid, MultiCategorical
 
 
@@ -202,33 +202,36 @@ class ActorCritic(nn.Module):
 
 
 class Actor(nn.Module):
-    """The off-policy actor (:mod:`mlxe.models.off_policy`): ``obs [B, obs_dim] -> u [B, outputs]``."""
+    """The off-policy actor (:mod:`mlxe.models.off_policy`): ``obs [B, *obs_shape] -> u [B, outputs]``,
+    an encoder then an MLP. Its encoder's features are detached: the Learner's actor reads the
+    critics' encoder (``actor.encoder = critics.encoder``) without training it (SAC-AE's and DrQ's
+    sharing: the encoder learns through the critics' loss only)."""
 
     def __init__(self, spec: NetSpec, outputs: int) -> None:
         super().__init__()
+        self.encoder = make_encoder(spec)
         self.net = mlp(actor_shapes(spec, outputs), spec.activation, last_linear=True)
-        self.scale = spec.obs_scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(as_float(obs, self.scale))
+        return self.net(self.encoder(obs).detach())
 
 
 class QCritics(nn.Module):
-    """``n`` independent Q networks: ``(obs [B, obs_dim], normalized action [B, A]) -> Q [n, B]``.
-    (Stacking their weights into one batched matmul measured no faster on the CPU.)"""
+    """``n`` Q networks over one encoder: ``(obs [B, *obs_shape], normalized action [B, A]) -> Q [n, B]``.
+    (Stacking the heads' weights into one batched matmul measured no faster on the CPU.)"""
 
     def __init__(self, spec: NetSpec, n: int) -> None:
         super().__init__()
+        self.encoder = make_encoder(spec)
         self.q = nn.ModuleList(mlp(critic_shapes(spec), spec.activation, last_linear=True) for _ in range(n))
-        self.scale = spec.obs_scale
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([as_float(obs, self.scale), action], dim=-1)
+        x = torch.cat([self.encoder(obs), action], dim=-1)
         return torch.stack([q(x).squeeze(-1) for q in self.q])
 
     def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q_1 [B] alone (DDPG's and TD3's actor and DDPG's target read only it)."""
-        return self.q[0](torch.cat([as_float(obs, self.scale), action], dim=-1)).squeeze(-1)
+        return self.q[0](torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)
 
     def weight_matrices(self) -> list[torch.Tensor]:
         """Every Linear layer's weight (what an L2 penalty reads)."""
@@ -250,6 +253,45 @@ def check_custom(model: ActorCritic, spec: NetSpec) -> None:
         )
 
 
+def bind_flat(module: nn.Module, flat: np.ndarray) -> tuple[torch.device, torch.Tensor]:
+    """Make ``module``'s parameters views of ``flat`` [P] (on the CPU: of the NumPy array itself; on the
+    device torch makes tensors on here, ``with torch.device``: of one copy there). Returns that device
+    and the tensor the views share, which a load into another device copies new weights over."""
+    device = torch.empty(0).device
+    source = torch.from_numpy(flat)
+    on_device = source if device.type == "cpu" else source.to(device)
+    offset = 0
+    for p in module.parameters():
+        p.data = on_device[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return device, on_device
+
+
+class FlatActor:
+    """:class:`Actor` acting over a flat float32 NumPy vector, without gradients: the interface of
+    :class:`~mlxe.models.off_policy.NumpyActor` for an actor the NumPy mirror does not implement (an
+    image, one-hot or concat encoder). Devices as :class:`FlatActorCritic`."""
+
+    def __init__(self, spec: NetSpec, outputs: int, flat: np.ndarray) -> None:
+        if flat.shape != (actor_params(spec, outputs),):
+            raise ValueError(f"weight vector has shape {flat.shape}, the actor needs ({actor_params(spec, outputs)},)")
+        self.flat = flat
+        self.module = Actor(spec, outputs).requires_grad_(False).eval()
+        self.device, self._on_device = bind_flat(self.module, flat)
+
+    def load(self, weights: np.ndarray) -> None:
+        np.copyto(self.flat, weights)
+        if self.device.type != "cpu":
+            self._on_device.copy_(torch.from_numpy(self.flat))
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """``obs [B, *obs_shape] -> u [B, outputs]``, NumPy float32."""
+        obs = np.asarray(obs)
+        x = torch.from_numpy(obs) if obs.flags.writeable else torch.tensor(obs)
+        with torch.inference_mode():
+            return self.module(x.to(self.device)).cpu().numpy()
+
+
 class FlatActorCritic:
     """:class:`ActorCritic` acting over a flat float32 NumPy vector, without gradients, returning NumPy
     arrays: the interface of :class:`~mlxe.models.actor_critic.NumpyActorCritic`.
@@ -263,14 +305,8 @@ class FlatActorCritic:
         if flat.shape != (spec.num_params(),):
             raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
         self.spec, self.flat = spec, flat
-        self.device = torch.empty(0).device  # the device torch makes tensors on here (``with torch.device``)
         self.module = ActorCritic(spec).requires_grad_(False).eval()
-        source = torch.from_numpy(flat)
-        self._on_device = source if self.device.type == "cpu" else source.to(self.device)
-        offset = 0
-        for p in self.module.parameters():
-            p.data = self._on_device[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+        self.device, self._on_device = bind_flat(self.module, flat)
         self._noisy = self.module.noisy_layers()
 
     def load(self, weights: np.ndarray) -> None:

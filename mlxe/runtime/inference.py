@@ -292,8 +292,8 @@ class InferenceServer:
             except (EOFError, OSError):
                 pass
         self.process.join(1.0)
-        raise WorkerFailed(NAME, (detail or f"died (exit code {self.process.exitcode})")
-                           + "\nthe run stops; resume it from its last checkpoint")
+        raise WorkerFailed(NAME, detail or f"died (exit code {self.process.exitcode})",
+                           hint="the run stops; resume it from its last checkpoint")
 
     def batch(self) -> float:
         """Requests answered per policy call since the last time asked (0: none)."""

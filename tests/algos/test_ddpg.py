@@ -18,7 +18,7 @@ from mlxe.core import Segment
 from mlxe.exploration import GaussianNoise, OrnsteinUhlenbeckNoise, UniformNoise
 from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.models.off_policy import NumpyActor
+from mlxe.models.off_policy import NumpyActor, acting_actor
 from tests.learners import pair
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16, 16), policy_head=(), value_head=(),
@@ -279,6 +279,52 @@ def test_numpy_actor_matches_the_torch_actor():
         np.testing.assert_allclose(actor(obs), lrn.actor(torch.from_numpy(obs)).numpy(), rtol=1e-5, atol=1e-5)
 
 
+IMAGE_SPEC = NetSpec(obs_shape=(1, 6, 5), n_actions=1, trunk=(16,), policy_head=(), value_head=(), obs_dtype="uint8",
+                     encoder="cnn", conv=((4, 3, 1, 0),), action_low=(-1.0,), action_high=(1.0,))
+
+
+def image_batch(n: int = 8) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {"obs": torch.randint(0, 256, (n, 1, 6, 5), dtype=torch.uint8, generator=g),
+            "action": torch.rand(n, 1, generator=g) * 2 - 1, "ret": torch.randn(n, generator=g),
+            "next_obs": torch.randint(0, 256, (n, 1, 6, 5), dtype=torch.uint8, generator=g),
+            "discount": torch.full((n,), 0.99)}
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_images_go_through_the_critics_encoder_which_only_their_loss_trains(algo):
+    lrn = pair(CLASSES[algo], cfg(algo, "model.encoder=cnn"), IMAGE_SPEC, 0).algorithm
+    assert lrn.actor.encoder is lrn.critic.encoder
+    encoder = [p.detach().clone() for p in lrn.critic.encoder.parameters()]
+    loss, _ = lrn.actor_loss(image_batch())
+    lrn.step(lrn.actor_optimizer, loss)
+    assert all(torch.equal(a, b) for a, b in zip(encoder, lrn.critic.encoder.parameters()))
+    loss, _ = lrn.critic_loss(image_batch())
+    lrn.step(lrn.critic_optimizer, loss)
+    assert not any(torch.equal(a, b) for a, b in zip(encoder, lrn.critic.encoder.parameters()))
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "sac"])
+def test_executors_act_on_images_with_the_learners_actor_encoder_included(algo):
+    lrn = pair(CLASSES[algo], cfg(algo, "model.encoder=cnn"), IMAGE_SPEC, 0).algorithm
+    actor = acting_actor(IMAGE_SPEC, lrn.actor_outputs(IMAGE_SPEC), lrn.weights())
+    assert lrn.weights().size == CLASSES[algo].weights_size(None, IMAGE_SPEC) > sum(
+        p.numel() for p in lrn.actor.net.parameters())
+    obs = image_batch()["obs"]
+    with torch.no_grad():
+        np.testing.assert_allclose(actor(obs.numpy()), lrn.actor(obs).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_image_shifts_augment_both_observations_of_a_batch():
+    lrn = pair(SAC, cfg("sac", "model.encoder=cnn", "algo.image_shift=1"), IMAGE_SPEC, 0).algorithm
+    seen = []
+    lrn.critic_loss = lambda batch: seen.append(batch) or DDPG.critic_loss(lrn, batch)
+    lrn.gradient_step(image_batch(), actor_turn=False)
+    original = image_batch()
+    assert all(seen[0][k].shape == original[k].shape and seen[0][k].dtype == torch.uint8 for k in ("obs", "next_obs"))
+    assert not torch.equal(seen[0]["obs"], original["obs"]) and not torch.equal(seen[0]["next_obs"], original["next_obs"])
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -291,6 +337,8 @@ def test_numpy_actor_matches_the_torch_actor():
     ("td3", "algo.target_noise=-0.2", "algo.target_noise"),
     ("sac", "filters.obs=true", "filters.obs"),
     ("ddpg", "model.core=lstm", "model.core"),
+    ("sac", "model.custom=m:Net", "model.custom"),
+    ("td3", "algo.image_shift=-1", "algo.image_shift"),
 ])
 def test_config_errors_name_the_key(algo, override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -302,3 +350,8 @@ def test_a_discrete_action_space_is_an_error_naming_the_algorithm(algo):
     discrete = NetSpec(obs_shape=3, n_actions=2, trunk=(8,), policy_head=(), value_head=())
     with pytest.raises(ConfigError, match=f"algo.name: '{algo}' needs a Box action space, not 2 Discrete actions"):
         CLASSES[algo](cfg(algo), discrete, 0)
+
+
+def test_image_shifts_of_flat_observations_are_an_error_naming_the_key():
+    with pytest.raises(ConfigError, match=r"algo.image_shift: 2 shifts image observations, and these go through the 'mlp'"):
+        SAC(cfg("sac", "algo.image_shift=2"), SPEC, 0)

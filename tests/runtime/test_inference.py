@@ -153,7 +153,7 @@ def test_a_dead_server_stops_the_run_naming_it_and_its_checkpoint_resumes_the_se
 
     killer = threading.Thread(target=kill_the_server_after_a_checkpoint)
     killer.start()
-    with pytest.raises(WorkerFailed, match=r"policy-inference failed: .*resume it from its last checkpoint"):
+    with pytest.raises(WorkerFailed, match=r"policy-inference failed: died \(exit code -9\)\nthe run stops; resume it from its last checkpoint"):
         mlxe.train(cfg)
     killer.join()
     (run_dir,) = glob.glob(f"{tmp_path}/*/")

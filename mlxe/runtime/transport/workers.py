@@ -28,10 +28,10 @@ from mlxe.runtime.threads import limit_threads
 class WorkerFailed(RuntimeError):
     """A role (an Executor, a gradient worker, a policy host) raised or died; the message names it."""
 
-    def __init__(self, name: str, detail: str) -> None:
-        # The message is the exception line; the worker's full traceback stays in ``detail``.
+    def __init__(self, name: str, detail: str, hint: str = "") -> None:
+        # The message is the exception line (and what to do); the worker's full traceback stays in ``detail``.
         lines = detail.strip().splitlines()
-        super().__init__(f"{name} failed: {lines[-1] if lines else 'no details'}")
+        super().__init__(f"{name} failed: {lines[-1] if lines else 'no details'}" + (f"\n{hint}" if hint else ""))
         self.name = name
         self.detail = detail
 
