@@ -21,7 +21,7 @@ from mlxe.config import ConfigError, apply_overrides
 
 ZOO = Path(__file__).resolve().parents[1] / "configs" / "zoo"
 
-Q_LEARNING = ("dqn", "rainbow")
+Q_LEARNING = ("dqn", "rainbow", "r2d2")
 DISCRETE_ONLY = ("a3c", *Q_LEARNING)
 CONTINUOUS_ONLY = ("ddpg", "td3", "sac")
 OFF_POLICY = Q_LEARNING + CONTINUOUS_ONLY
@@ -80,6 +80,9 @@ ALGO_DEFAULTS["rainbow"] = {
     "algo": {k: v for k, v in ALGO_DEFAULTS["dqn"]["algo"].items() if k != "epsilon_end"},
     "rollout": dict(ALGO_DEFAULTS["dqn"]["rollout"]),
 }
+
+# R2D2: DQN's, over sequences of its default 20 burn-in and 40 learned steps cut from 80-step segments
+ALGO_DEFAULTS["r2d2"] = {"algo": dict(ALGO_DEFAULTS["dqn"]["algo"]), "rollout": {"steps": 80}}
 
 # APPO and IMPALA (no Stable-Baselines3 counterpart): PPO's and A2C's, with V-trace's lambda 1
 ALGO_DEFAULTS |= {
@@ -260,6 +263,8 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
                             if algo == "ppo" else {"entropy_coef": 0.01})
     if facts.image and algo in Q_LEARNING:
         tree["algo"].update({"buffer_size": 100_000, "learning_starts": 10_000, "target_period": 1_000})
+    if algo == "r2d2":  # an LSTM after the trunk (R2D2's has 512 units on Atari)
+        tree["model"].update({"core": "lstm", "core_size": 512 if facts.image else 64})
 
     per_iteration = executors * envs * max(int(tree["rollout"].get("steps", 32)), 1)
     cap = facts.episode_cap or UNCAPPED_EPISODE_STEPS

@@ -468,7 +468,7 @@ def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
         ("dqn", "gae_lambda=0.9", "ppo, appo, a2c, impala, trpo"),
         ("a2c", "epochs=3", "ppo, appo"),
         ("pg", "value_coef=0.5", "a3c, ppo, appo, a2c, impala"),
-        ("ppo", "buffer_size=10", "dqn, rainbow, ddpg, td3, sac"),
+        ("ppo", "buffer_size=10", "dqn, rainbow, r2d2, ddpg, td3, sac"),
         ("sac", "target_noise=0.1", "td3"),
     ],
 )

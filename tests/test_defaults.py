@@ -12,7 +12,7 @@ from mlxe.defaults import CONTINUOUS_ONLY, DISCRETE_ONLY, defaults_for
 from mlxe.loading import from_dict
 
 CATCH = "tests.envs.catch:Catch"
-ALGOS = ("ppo", "a2c", "pg", "trpo", "a3c", "dqn", "ddpg", "td3", "sac")
+ALGOS = ("ppo", "a2c", "pg", "trpo", "a3c", "dqn", "r2d2", "ddpg", "td3", "sac")
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", CATCH])

@@ -25,6 +25,7 @@ ALGORITHMS = {
     "pg": "mlxe.algos.pg",
     "dqn": "mlxe.algos.dqn",
     "rainbow": "mlxe.algos.rainbow",
+    "r2d2": "mlxe.algos.r2d2",
     "ddpg": "mlxe.algos.ddpg",
     "td3": "mlxe.algos.td3",
     "sac": "mlxe.algos.sac",

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -72,6 +72,7 @@ class Config(AlgoConfig):
     """``algo:`` of DQN."""
 
     name: str = "dqn"
+    sequences: ClassVar[bool] = False  # the replay holds sequences for a recurrent core (R2D2)
     lr: float = 1e-4
     max_grad_norm: float | None = 10.0
     batch_size: int = 64
@@ -105,10 +106,10 @@ class Config(AlgoConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
-        if cfg.model.core != "none":
+        if cfg.model.core != "none" and not self.sequences:
             raise ConfigError(
                 f"model.core: {cfg.model.core!r} is not supported by algo.name {self.name!r} (its replay samples single steps); "
-                "use ppo, a2c or pg, or model.core=none"
+                "use r2d2 (DQN on stored-state sequences), ppo, a2c or pg, or model.core=none"
             )
         for key in ("batch_size", "buffer_size", "updates_per_step", "n_step", "target_period", "exploration_steps"):
             check_positive(f"algo.{key}", getattr(self, key))
@@ -195,7 +196,9 @@ def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 
 class QPolicy:
-    """Epsilon-greedy (or reversed epsilon-greedy) on Q(s, .) of the MLP in NumPy; feed-forward."""
+    """Epsilon-greedy (or reversed epsilon-greedy) on Q(s, .) of the network (the MLP in NumPy); a
+    network with a recurrent core (R2D2's) acts with a state per environment and records the state
+    each step was played from (``state.<k>``)."""
 
     def __init__(self, spec: NetSpec, algo: Config, seed: int, executors: int = 1) -> None:
         require_discrete(spec)
@@ -207,14 +210,19 @@ class QPolicy:
         self.steps = 0  # this Executor's env steps (all of its environments)
 
     def initial_state(self, n_envs: int) -> State:
-        return None
+        shapes = self.net.spec.state_shapes()
+        return {k: np.zeros((n_envs, *shape), np.float32) for k, shape in shapes.items()} or None
 
     def load(self, weights: np.ndarray) -> None:
         self.net.load(weights)
 
-    def branches(self, obs: np.ndarray) -> list[np.ndarray]:
-        """Each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space)."""
-        head, value = self.net(obs)
+    def branches(self, obs: np.ndarray, state: State = None) -> list[np.ndarray]:
+        """Each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space);
+        a recurrent network's from ``state``, the next state in ``self.next_state``."""
+        if self.net.spec.recurrent:
+            head, value, self.next_state = self.net.step(obs, state)
+        else:
+            head, value = self.net(obs)
         spec = self.net.spec
         if spec.atoms > 1:  # [B, A, atoms], dueling per atom; Q their expectation
             atoms = head.reshape(len(head), spec.n_actions, spec.atoms)
@@ -230,13 +238,14 @@ class QPolicy:
         return self.branches(obs)[0]
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
-        """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, {}, None); each branch explores
-        on its own; ``mask`` [E, A]: the legal actions (no other is chosen, greedy or exploring)."""
+        """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, the recorded state before the
+        step ({} feed-forward), the next state); each branch explores on its own; ``mask`` [E, A]: the
+        legal actions (no other is chosen, greedy or exploring)."""
         if self.net.spec.noisy_policy and greedy:  # evaluation by the mean weights
             self.net.noise_off()
         elif self.net.spec.noisy_policy:  # exploration by new noise each act
             self.net.reset_noise(self.rng)
-        branches = self.branches(obs)
+        branches = self.branches(obs, state)
         legal = None if mask is None else np.split(mask, np.cumsum([q.shape[1] for q in branches])[:-1], axis=1)
         if legal is not None:
             branches = [mask_logits(q, m) for q, m in zip(branches, legal)]
@@ -254,7 +263,10 @@ class QPolicy:
             else:  # reversed: greedy while eps is high, softmax(Q) later
                 sampled = np.stack([sample_categorical(q, self.rng)[0] for q in branches], axis=1)
                 best = np.where(explore, best, sampled)
-        return (best if self.net.spec.factorized else best[:, 0]), {}, None
+        action = best if self.net.spec.factorized else best[:, 0]
+        if state is None:
+            return action, {}, None
+        return action, {f"state.{k}": v for k, v in state.items()}, self.next_state
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "steps": self.steps}
@@ -290,6 +302,7 @@ class DQN(Algorithm):
     Config = Config
     sharded_replay = True  # Ape-X's replay shards
     action_masks = True
+    capturable: ClassVar[bool] = True  # its gradient step runs as a CUDA graph on a GPU (no host sync in it)
 
     @classmethod
     def record(cls, cfg, spec: NetSpec) -> dict[str, Field]:
@@ -320,7 +333,7 @@ class DQN(Algorithm):
         self.target.requires_grad_(False)
         a = self.algo
         # (a noisy network's noise is drawn in the step: not captured, whose replays would repeat it)
-        captured = a.cuda_graph and self.device.type == "cuda" and not a.noisy
+        captured = a.cuda_graph and self.device.type == "cuda" and not a.noisy and self.capturable
         # capturable: Adam's step counts stay on the device, as a captured step needs
         self.optimizer = Deferred(
             lambda: torch.optim.Adam(self.main.parameters(), lr=a.lr, fused=True, capturable=captured)

@@ -72,6 +72,12 @@ RUNS = {
                                                     "algo.distributional=qr", "algo.atoms=8"]),
     "rainbow": ("configs/zoo/dqn/CartPole-v1.yaml", [*SMALL, *REPLAY, "algo.name=rainbow", "algo.epsilon_start=0",
                                                      "algo.epsilon_end=0", "algo.v_min=0", "algo.v_max=50"]),
+    "r2d2": ("configs/zoo/r2d2/CartPoleNoVel-v1.yaml", [*SMALL, *REPLAY, "model.core_size=8", "algo.burn_in=4",
+                                                       "algo.sequence_length=8", "algo.batch_size=4",
+                                                       "algo.exploration_steps=96"]),
+    "sac_pixels": ("configs/zoo/sac/Pendulum-v1.yaml", [
+        *REPLAY, "env.id=tests.envs.catch:ContinuousCatch", "env.max_episode_steps=20", "model.encoder=cnn",
+        "model.conv=[[4,3,1]]", "model.trunk=[16]", "algo.image_shift=1"]),
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
