@@ -218,9 +218,9 @@ def evaluate(
         from mlxe.runtime.video import record_video
 
         return {"checkpoint": str(path), **record_video(config, policy, video, episodes, seed, filters.normalize_obs)}
-    from mlxe.runtime.selfplay import GAME, outcomes, play_against
+    from mlxe.runtime.selfplay import SELFPLAY_GAMES, outcomes, play_against
 
     if against is not None:
         return {"checkpoint": str(path), **play_against(config, policy, Path(against), episodes, seed)}
     result = {"checkpoint": str(path), **evaluate_vectorized(config, policy, episodes, seed, filters.normalize_obs)}
-    return result | outcomes(result["returns"]) if config.env.id == GAME else result
+    return result | outcomes(result["returns"]) if config.env.id in SELFPLAY_GAMES else result

@@ -713,7 +713,9 @@ def check(cfg: Config) -> None:
             )
 
 
-TWO_PLAYER_GAME = "mlxe.envs.turns:AgainstOpponent"  # the environment self-play plays
+TWO_PLAYER_GAME = "mlxe.envs.turns:AgainstOpponent"  # a two-player game, one seat the learner's
+TEAM_GAME = "mlxe.envs.teams:TeamAgainstTeam"  # a two-team game, one team the learner's
+SELFPLAY_GAMES = (TWO_PLAYER_GAME, TEAM_GAME)  # the environments self-play plays
 
 
 def _check_selfplay(cfg: Config) -> None:
@@ -728,9 +730,10 @@ def _check_selfplay(cfg: Config) -> None:
             raise ConfigError(f"selfplay.{key}: {getattr(sp, key)!r} is not allowed; expected an integer >= 1")
     if not 0.0 <= sp.share <= 1.0:
         raise ConfigError(f"selfplay.share: {sp.share!r} is not allowed; expected a probability in [0, 1]")
-    if cfg.env.id != TWO_PLAYER_GAME:
+    if cfg.env.id not in SELFPLAY_GAMES:
         raise ConfigError(
-            f"selfplay.snapshot_every: self-play plays a two-player game through env.id {TWO_PLAYER_GAME!r}, not {cfg.env.id!r}"
+            f"selfplay.snapshot_every: self-play plays a two-player game through env.id {TWO_PLAYER_GAME!r} or a team game "
+            f"through {TEAM_GAME!r}, not {cfg.env.id!r}"
         )
     if not cfg.env.kwargs.get("flatten", True):
         raise ConfigError("selfplay.snapshot_every: the snapshots read the flattened board; env.kwargs.flatten must be true")

@@ -127,8 +127,11 @@ def _mask(raw, n: int) -> np.ndarray:
     return np.asarray(raw["action_mask"], bool) if isinstance(raw, dict) and "action_mask" in raw else np.ones(n, bool)
 
 
-def random_move(observation, mask: np.ndarray, rng: np.random.Generator) -> int:
-    """The random player: a uniform choice among the legal actions."""
+def random_move(observation, mask, rng: np.random.Generator):
+    """The random player: a uniform choice among the legal actions ``mask`` [n] bool, or for a team
+    (:mod:`mlxe.envs.teams`), a list of one mask per agent, one choice each."""
+    if isinstance(mask, list):
+        return np.array([rng.choice(np.flatnonzero(m)) for m in mask])
     return int(rng.choice(np.flatnonzero(mask)))
 
 

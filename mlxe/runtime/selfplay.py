@@ -1,7 +1,8 @@
 """Self-play: a learner against a pool of its own past snapshots, with Elo ratings.
 
 A two-player game played through :class:`mlxe.envs.turns.AgainstOpponent` gives the learner one seat
-and an opponent the other. With ``selfplay.snapshot_every`` set, the opponent of each training game is
+and an opponent the other; a team game played through :class:`mlxe.envs.teams.TeamAgainstTeam` gives
+the learner one team and an opponent the other (a snapshot then plays a whole team, as the learner does). With ``selfplay.snapshot_every`` set, the opponent of each training game is
 drawn at its start (:class:`PoolOpponent`): a snapshot of the learner's own published policy from the
 pool with probability ``selfplay.share``, otherwise the environment's own opponent (``env.kwargs.opponent``,
 e.g. the random player, which keeps the learner from forgetting how to beat simple play).
@@ -37,8 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from mlxe.config import TWO_PLAYER_GAME as GAME
-from mlxe.config import Config, ConfigError
+from mlxe.config import SELFPLAY_GAMES, Config, ConfigError
 from mlxe.envs.turns import load_opponent
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
 from mlxe.ops.distributions import MASKED_LOGIT
@@ -92,7 +92,8 @@ def _write_pool(directory: Path, pool: dict) -> None:
 
 
 class SnapshotOpponent:
-    """One snapshot as an opponent: it samples its move from its policy over the legal moves."""
+    """One snapshot as an opponent: it samples its move from its policy over the legal moves (a team's:
+    one move per agent, from each agent's part of the factorized head)."""
 
     def __init__(self, snapshot: str) -> None:
         spec, weights = read_snapshot(snapshot)
@@ -100,12 +101,20 @@ class SnapshotOpponent:
             raise ValueError(f"{snapshot}: a snapshot opponent acts with an MLP without a recurrent core")
         self.net = NumpyActorCritic(spec, weights)
 
-    def __call__(self, observation, mask: np.ndarray, rng: np.random.Generator) -> int:
+    def __call__(self, observation, mask, rng: np.random.Generator):
         board = observation["observation"] if isinstance(observation, dict) else observation
         logits = self.net.logits(np.asarray(board, np.float32).reshape(1, -1))[0].astype(np.float64)
-        logits[~mask] = MASKED_LOGIT
-        p = np.exp(logits - logits.max())
-        return int(rng.choice(len(p), p=p / p.sum()))
+        if not isinstance(mask, list):
+            return _sample(logits, mask, rng)
+        parts = np.split(logits, np.cumsum([len(m) for m in mask])[:-1])
+        return np.array([_sample(part, m, rng) for part, m in zip(parts, mask)])
+
+
+def _sample(logits: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> int:
+    """An action drawn from softmax(logits) over the legal ones (``mask``)."""
+    logits = np.where(mask, logits, MASKED_LOGIT)
+    p = np.exp(logits - logits.max())
+    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 class PoolOpponent:
@@ -309,9 +318,9 @@ def play_against(cfg: Config, policy, opponent: Path, games: int, seed: int) -> 
     from mlxe.runtime.evaluation import evaluate_vectorized
     from mlxe.runtime.setup import problem_spec
 
-    if cfg.env.id != GAME or cfg.filters.obs:
-        raise ConfigError(f"--against plays a two-player game through env.id {GAME!r} without filters.obs; the run has "
-                          f"env.id {cfg.env.id!r}" + (" and filters.obs" if cfg.filters.obs else ""))
+    if cfg.env.id not in SELFPLAY_GAMES or cfg.filters.obs:
+        raise ConfigError(f"--against plays a game through env.id {' or '.join(map(repr, SELFPLAY_GAMES))} without "
+                          f"filters.obs; the run has env.id {cfg.env.id!r}" + (" and filters.obs" if cfg.filters.obs else ""))
     if not opponent.exists():
         raise FileNotFoundError(f"--against: no snapshot, run directory or checkpoint at {opponent}")
     with tempfile.TemporaryDirectory() as tmp:
