@@ -41,7 +41,8 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights
-from mlxe.models.off_policy import acting_actor, actor_params, check_spec
+from mlxe.models.network import acting_actor
+from mlxe.models.off_policy import actor_params, check_spec
 from mlxe.ops.augment import random_shift
 
 

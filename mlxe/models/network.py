@@ -1,12 +1,14 @@
 """The network a :class:`~mlxe.models.actor_critic.NetSpec` describes, as each role needs it: the
 torch module the Learner trains, and what an Executor acts with (the NumPy mirror of an MLP, which
-needs no torch; otherwise the torch module over the flat weights, imported only then)."""
+needs no torch; otherwise the torch module over the flat weights, imported only then), for an
+actor-critic and for the off-policy actor."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic
+from mlxe.models.off_policy import NumpyActor
 
 
 def build_torch(spec: NetSpec):
@@ -26,3 +28,14 @@ def acting_network(spec: NetSpec, flat: np.ndarray):
     from mlxe.models.torch_modules import FlatActorCritic
 
     return FlatActorCritic(spec, flat)
+
+
+def acting_actor(spec: NetSpec, outputs: int, flat: np.ndarray):
+    """What an off-policy actor-critic's Executor acts with over the actor's flat weights ``flat`` (kept by
+    reference): the NumPy mirror for flat observations, else the torch module run without gradients
+    (:class:`mlxe.models.torch_modules.FlatActor`)."""
+    if spec.numpy_acting:
+        return NumpyActor(spec, outputs, flat)
+    from mlxe.models.torch_modules import FlatActor
+
+    return FlatActor(spec, outputs, flat)

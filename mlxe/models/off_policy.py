@@ -13,9 +13,9 @@ the actor's weights. Actions are normalized: the actor acts in [-1, 1]^A and the
 receives ``center + scale * a`` (the Box's midpoint and half-range); critics read normalized actions,
 and exploration noise is added in that space, as Stable-Baselines3 does.
 
-:func:`acting_actor` is what an Executor acts with over the actor's flat weights (the encoder's,
-then the MLP's, in ``parameters_to_vector`` order): :class:`NumpyActor`, the NumPy mirror, for flat
-observations; the torch module :class:`mlxe.models.torch_modules.Actor` otherwise.
+:func:`mlxe.models.network.acting_actor` is what an Executor acts with over the actor's flat weights
+(the encoder's, then the MLP's, in ``parameters_to_vector`` order): :class:`NumpyActor`, the NumPy
+mirror, for flat observations; the torch module :class:`mlxe.models.torch_modules.Actor` otherwise.
 """
 
 from __future__ import annotations
@@ -67,16 +67,6 @@ def check_spec(spec: NetSpec, algo: str, image_shift: int = 0) -> None:
             f"algo.image_shift: {image_shift!r} shifts image observations, and these go through the "
             f"{spec.encoder!r} encoder; set it to 0, or model.encoder: cnn for images"
         )
-
-
-def acting_actor(spec: NetSpec, outputs: int, flat: np.ndarray):
-    """What an Executor acts with over the actor's flat weights ``flat`` (kept by reference): the
-    NumPy mirror for flat observations, else the torch module run without gradients."""
-    if spec.numpy_acting:
-        return NumpyActor(spec, outputs, flat)
-    from mlxe.models.torch_modules import FlatActor
-
-    return FlatActor(spec, outputs, flat)
 
 
 class NumpyActor:

@@ -18,7 +18,8 @@ from mlxe.core import Segment
 from mlxe.exploration import GaussianNoise, OrnsteinUhlenbeckNoise, UniformNoise
 from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec
-from mlxe.models.off_policy import NumpyActor, acting_actor
+from mlxe.models.network import acting_actor
+from mlxe.models.off_policy import NumpyActor
 from tests.learners import pair
 
 SPEC = NetSpec(obs_shape=3, n_actions=2, trunk=(16, 16), policy_head=(), value_head=(),

@@ -36,6 +36,8 @@ RUNS = {
     "dqn": ("configs/zoo/dqn/CartPole-v1.yaml", [*REPLAY, "algo.exploration_steps=96"]),
     "rainbow": ("configs/zoo/dqn/CartPole-v1.yaml", [*REPLAY, "algo.name=rainbow", "algo.epsilon_start=0",
                                                      "algo.epsilon_end=0", "algo.v_min=0", "algo.v_max=50"]),
+    "r2d2": ("configs/zoo/r2d2/CartPoleNoVel-v1.yaml", [*REPLAY, "algo.exploration_steps=96", "algo.burn_in=4",
+                                                       "algo.sequence_length=8", "algo.batch_size=4"]),
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),

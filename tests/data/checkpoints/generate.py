@@ -36,6 +36,8 @@ RUNS = {
                                                    "model.trunk=[]", "model.policy_head=[8]", "model.value_head=[8]"]),
     "dqn": ("configs/zoo/dqn/CartPole-v1.yaml", ["envs_per_executor=1", *REPLAY]),
     "rainbow": ("configs/zoo/dqn/CartPole-v1.yaml", ["algo.name=rainbow", "envs_per_executor=1", *REPLAY]),
+    "r2d2": ("configs/zoo/r2d2/CartPoleNoVel-v1.yaml", ["envs_per_executor=1", "model.core_size=8", "algo.burn_in=2",
+                                                       "algo.sequence_length=4", *REPLAY]),
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),

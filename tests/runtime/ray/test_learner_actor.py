@@ -90,18 +90,19 @@ def test_a_learner_that_cannot_start_stops_the_run_naming_it(config):
 
 def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes(config, tmp_path):
     per = per_iteration(config())
-    cfg = config("ray.learner_num_gpus=1", "run.checkpoint_every=1", f"stop.max_env_steps={16 * per}")  # 16 x >= 0.1 s
+    # 40 iterations of >= 0.1 s: time for the watcher to kill the learner on a loaded machine
+    cfg = config("ray.learner_num_gpus=1", "run.checkpoint_every=1", f"stop.max_env_steps={40 * per}")
 
     def learner(st: dict) -> str | None:
         return st["learner"]["name"] if st["iteration"] >= 2 and st["learner"] else None
 
     run_dir, trained = killed_mid_run(cfg, learner, r"learner failed: the learner actor died .* --resume")
-    assert 2 <= trained < 16
-    more = mlxe.train(overrides=[f"stop.max_env_steps={18 * per}"], resume=run_dir)
+    assert 2 <= trained < 40
+    more = mlxe.train(overrides=[f"stop.max_env_steps={42 * per}"], resume=run_dir)
     updates = cfg.algo.epochs * (per // cfg.algo.batch_size)
-    assert more.summary["stop_reason"] == "max_env_steps" and more.summary["env_steps"] == 18 * per
-    assert more.summary["iterations"] == 18 and more.summary["updates"] == 18 * updates
-    assert load_checkpoint(run_dir)["learner"]["updates"] == 18 * updates
+    assert more.summary["stop_reason"] == "max_env_steps" and more.summary["env_steps"] == 42 * per
+    assert more.summary["iterations"] == 42 and more.summary["updates"] == 42 * updates
+    assert load_checkpoint(run_dir)["learner"]["updates"] == 42 * updates
     st = status(run_dir)
     assert st["state"] == "finished" and st["learner"]["actor"] and st["learner"]["name"] != ""
 
