@@ -216,11 +216,12 @@ class QPolicy:
     def load(self, weights: np.ndarray) -> None:
         self.net.load(weights)
 
-    def branches(self, obs: np.ndarray, state: State = None) -> list[np.ndarray]:
-        """Each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space);
-        a recurrent network's from ``state``, the next state in ``self.next_state``."""
+    def branches(self, obs: np.ndarray, state: State = None) -> tuple[list[np.ndarray], State]:
+        """(each branch's Q(obs, .) [B, n_d] float32 (one branch of all actions for a Discrete space),
+        the next state): a recurrent network reads and advances ``state`` (a feed-forward one: None)."""
+        next_state = None
         if self.net.spec.recurrent:
-            head, value, self.next_state = self.net.step(obs, state)
+            head, value, next_state = self.net.step(obs, state)
         else:
             head, value = self.net(obs)
         spec = self.net.spec
@@ -228,14 +229,14 @@ class QPolicy:
             atoms = head.reshape(len(head), spec.n_actions, spec.atoms)
             if self.algo.dueling:
                 atoms = value[:, None] + atoms - atoms.mean(axis=1, keepdims=True)
-            return [expected_q(self.algo, atoms)]
+            return [expected_q(self.algo, atoms)], next_state
         nvec = spec.action_nvec or (head.shape[1],)
         parts = np.split(head, np.cumsum(nvec)[:-1], axis=1)
-        return [dueling_numpy(a, value) if self.algo.dueling else a for a in parts]
+        return [dueling_numpy(a, value) if self.algo.dueling else a for a in parts], next_state
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q(obs, .) [B, A] float32 of a Discrete space (its one branch)."""
-        return self.branches(obs)[0]
+    def q_values(self, obs: np.ndarray, state: State = None) -> np.ndarray:
+        """Q(obs, .) [B, A] float32 of a Discrete space (its one branch), from ``state`` if recurrent."""
+        return self.branches(obs, state)[0][0]
 
     def act(self, obs: np.ndarray, state: State, greedy: bool = False, mask: np.ndarray | None = None):
         """``obs`` [E, d] -> (actions [E] int64, or [E, K] for K branches, the recorded state before the
@@ -245,7 +246,7 @@ class QPolicy:
             self.net.noise_off()
         elif self.net.spec.noisy_policy:  # exploration by new noise each act
             self.net.reset_noise(self.rng)
-        branches = self.branches(obs, state)
+        branches, next_state = self.branches(obs, state)
         legal = None if mask is None else np.split(mask, np.cumsum([q.shape[1] for q in branches])[:-1], axis=1)
         if legal is not None:
             branches = [mask_logits(q, m) for q, m in zip(branches, legal)]
@@ -266,7 +267,7 @@ class QPolicy:
         action = best if self.net.spec.factorized else best[:, 0]
         if state is None:
             return action, {}, None
-        return action, {f"state.{k}": v for k, v in state.items()}, self.next_state
+        return action, {f"state.{k}": v for k, v in state.items()}, next_state
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "steps": self.steps}

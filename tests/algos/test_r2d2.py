@@ -49,7 +49,7 @@ def played(seed: int = 0, steps: int = 8, envs: int = 3):
     for t in range(steps):
         for k in state:
             state[k][resets[t]] = 0.0  # as the Executor resets a finished environment's state
-        q.append(policy.branches(obs[t], state)[0])
+        q.append(policy.q_values(obs[t], state))
         _, extras, state = policy.act(obs[t], state, greedy=True)
         for k in recorded:
             recorded[k].append(extras[k])
