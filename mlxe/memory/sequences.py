@@ -22,13 +22,11 @@ sequence's eta max |delta| + (1 - eta) mean |delta| over the learned steps (R2D2
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
-from mlxe.core import Handout, Memorizer, Segment
-from mlxe.memory.proportional import ProportionalPriorities
+from mlxe.core import Segment
 from mlxe.memory.replay import ReplayMemory
+from mlxe.memory.sampled import SampledReplay
 from mlxe.ops.returns import nstep_window
 
 
@@ -44,10 +42,11 @@ def block_layout(spec, steps: int) -> dict[str, tuple[tuple[int, ...], type]]:
     }
 
 
-class SequenceReplay(Memorizer):
+class SequenceReplay(SampledReplay):
     """Blocks of ``steps`` steps (``rollout.steps``) in a ring of ``capacity`` steps, handed out as
-    batches of ``batch_size`` sequences of ``burn_in + length`` steps, as many as the env steps added
-    make due (``learning_starts``, ``updates_per_step``: as :class:`~mlxe.memory.transitions.TransitionReplay`).
+    batches of ``batch_size`` sequences of ``burn_in + length`` steps as
+    :class:`~mlxe.memory.sampled.SampledReplay` says (``learning_starts``, ``updates_per_step``,
+    ``seed``, ``priority_alpha``, ``priority_beta``, and ``priority_eta`` for the mix).
 
     A batch: ``obs`` [B, W + 1, ...] (W = burn_in + length), ``resets`` [B, W + 1] (an episode
     begins there), ``state.<k>`` [B, ...] (the state before the first step), and over the learned
@@ -61,20 +60,11 @@ class SequenceReplay(Memorizer):
         learning_starts: int, updates_per_step: float, batch_size: int, seed: int,
         priority_alpha: float | None = None, priority_beta: float = 1.0, priority_eta: float = 0.9,
     ) -> None:
+        super().__init__(ReplayMemory(max(1, capacity // steps), block_layout(spec, steps)), learning_starts,
+                         updates_per_step, batch_size, seed, priority_alpha, priority_beta)
         self.steps, self.burn_in, self.length = steps, burn_in, length
-        self.memory = ReplayMemory(max(1, capacity // steps), block_layout(spec, steps))
         self.state_keys = [f"state.{k}" for k in spec.state_shapes()]
-        self.priorities = ProportionalPriorities(self.memory.capacity, priority_alpha) if priority_alpha is not None else None
-        self.n_step, self.gamma = n_step, gamma
-        self.learning_starts, self.updates_per_step = learning_starts, updates_per_step
-        self.batch_size, self.priority_beta, self.priority_eta = batch_size, priority_beta, priority_eta
-        self.rng = np.random.default_rng(seed)
-        self.env_steps = 0  # added
-        self.owed = 0.0  # batches due (fractional)
-        self.rows = np.zeros(0, np.int64)  # of the batch last drawn
-
-    def __len__(self) -> int:
-        return len(self.memory)
+        self.n_step, self.gamma, self.priority_eta = n_step, gamma, priority_eta
 
     def add(self, segment: Segment) -> None:
         """The segment's environments as blocks; its env steps make gradient steps due."""
@@ -83,30 +73,12 @@ class SequenceReplay(Memorizer):
             raise ValueError(f"a segment of {len(s['reward'])} steps; the sequence replay stores blocks of rollout.steps ({self.steps})")
         obs = np.concatenate([s["obs"], segment.next_obs[None]])  # [T + 1, E, ...]
         block = {"obs": obs, **{k: s[k] for k in ("action", "reward", "terminated", "truncated", *self.state_keys)}}
-        rows = self.memory.add({k: np.swapaxes(v, 0, 1) for k, v in block.items()})  # environment-major
-        if self.priorities is not None:
-            self.priorities.on_add(rows)
-        before, self.env_steps = self.env_steps, self.env_steps + s["reward"].size
-        self.owed += max(0, self.env_steps - max(before, self.learning_starts)) * self.updates_per_step
-
-    def handout(self, progress: float) -> Handout:
-        steps = int(self.owed) if len(self.memory) else 0
-        self.owed -= steps
-        beta = self.priority_beta + progress * (1.0 - self.priority_beta)
-        return Handout(self.draw(steps, beta), prioritize=None if self.priorities is None else self.prioritize)
-
-    def draw(self, count: int, beta: float) -> Iterator[dict[str, np.ndarray]]:
-        for _ in range(count):
-            batch, self.rows = self.sample(self.batch_size, beta)
-            yield batch
+        self.store({k: np.swapaxes(v, 0, 1) for k, v in block.items()})  # environment-major
+        self.count(s["reward"].size)
 
     def sample(self, batch_size: int, beta: float = 1.0) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """A batch of sequences (see the class doc) and the blocks they were cut from."""
-        weight = None
-        if self.priorities is not None:
-            rows, weight = self.priorities.sample(batch_size, len(self.memory), beta, self.rng)
-        else:
-            rows = self.rng.integers(len(self.memory), size=batch_size)
+        rows, weight = self.sample_rows(batch_size, beta)
         blocks = self.memory.gather(rows)
         W, b = self.burn_in + self.length, np.arange(batch_size)[:, None]
         start = self.rng.integers(self.steps - W + 1, size=batch_size)[:, None]
@@ -144,22 +116,3 @@ class SequenceReplay(Memorizer):
 
     def metrics(self) -> dict[str, float]:
         return {"replay": len(self.memory) * self.steps}
-
-    def state_dict(self) -> dict:
-        return {
-            "memory": self.memory.state_dict(),
-            "priorities": self.priorities.state_dict() if self.priorities is not None else {},
-            "env_steps": self.env_steps,
-            "owed": self.owed,
-            "rng": self.rng.bit_generator.state,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.memory.load_state_dict(state["memory"])
-        if self.priorities is not None and state["priorities"]:
-            self.priorities.load_state_dict(state["priorities"])
-        elif self.priorities is not None:
-            self.priorities.on_add(np.arange(len(self.memory)))
-        self.env_steps = int(state["env_steps"])
-        self.owed = float(state["owed"])
-        self.rng.bit_generator.state = state["rng"]

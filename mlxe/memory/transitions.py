@@ -12,13 +12,12 @@ The update-to-data ratio is the run's, not an Executor's: every env step observe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 
-from mlxe.core import Handout, Memorizer, Segment
-from mlxe.memory.proportional import ProportionalPriorities
+from mlxe.core import Segment
 from mlxe.memory.replay import ReplayMemory
+from mlxe.memory.sampled import SampledReplay
 from mlxe.ops.returns import nstep_window
 
 WINDOW = ("obs", "action", "reward", "terminated", "truncated", "next_obs")  # per step, [L, E, ...]
@@ -82,35 +81,21 @@ def replay_share(algo, shares: int):
     )
 
 
-class TransitionReplay(Memorizer):
+class TransitionReplay(SampledReplay):
     """n-step transitions of every Executor's segments in one ring buffer of ``capacity`` rows, handed
-    out as batches of ``batch_size`` drawn uniformly or by proportional priority (``priority_alpha``,
-    with the importance exponent annealed from ``priority_beta`` to 1 over the step budget), as many
-    as the env steps added make due.
-
-    ``n_step``, ``gamma``: the returns; ``learning_starts``: env steps added before any batch is due;
-    ``updates_per_step``: batches per env step after that (may be fractional); ``seed``: the
-    sampling's RNG.
+    out as :class:`~mlxe.memory.sampled.SampledReplay` says (``learning_starts``, ``updates_per_step``,
+    ``batch_size``, ``seed``, ``priority_alpha``, ``priority_beta``); ``n_step``, ``gamma``: the returns.
     """
 
     def __init__(
         self, spec, capacity: int, n_step: int, gamma: float, learning_starts: int, updates_per_step: float,
         batch_size: int, seed: int, priority_alpha: float | None = None, priority_beta: float = 1.0,
     ) -> None:
-        self.memory = ReplayMemory(capacity, transition_layout(spec))
+        super().__init__(ReplayMemory(capacity, transition_layout(spec)), learning_starts, updates_per_step, batch_size,
+                         seed, priority_alpha, priority_beta)
         self.window = WINDOW + (("next_mask",) if spec.action_mask else ())  # what a tail keeps of each step
-        self.priorities = ProportionalPriorities(capacity, priority_alpha) if priority_alpha is not None else None
         self.n_step, self.gamma = n_step, gamma
-        self.learning_starts, self.updates_per_step = learning_starts, updates_per_step
-        self.batch_size, self.priority_beta = batch_size, priority_beta
-        self.rng = np.random.default_rng(seed)
         self.tails: dict[int, dict[str, np.ndarray]] = {}  # per Executor: steps whose n-step return waits
-        self.env_steps = 0  # added
-        self.owed = 0.0  # batches due (fractional)
-        self.rows = np.zeros(0, np.int64)  # of the batch last drawn
-
-    def __len__(self) -> int:
-        return len(self.memory)
 
     def add(self, segment: Segment) -> None:
         """The segment's complete n-step transitions (continuing the Executor's previous segment) into
@@ -123,82 +108,34 @@ class TransitionReplay(Memorizer):
         emitted = np.zeros(s["reward"].shape, bool)
         tail = self.tails.pop(segment.executor, None)
         if tail is not None and segment.restarted:  # its episodes were cut where the Executor stopped
-            self.insert(flush(tail, self.n_step, self.gamma))
+            self.store(flush(tail, self.n_step, self.gamma))
             tail = None
         if tail is not None:
             window = {k: np.concatenate([tail[k], window[k]]) for k in self.window}
             emitted = np.concatenate([tail["emitted"], emitted])
         transitions, complete = nstep_transitions(window, emitted, self.n_step, self.gamma)
-        self.insert(transitions)
+        self.store(transitions)
         waiting = np.flatnonzero((~complete).any(axis=1))
         if len(waiting):  # from the first step still waiting on, with what was emitted of it
             first = waiting[0]
             self.tails[segment.executor] = {k: window[k][first:] for k in self.window} | {"emitted": complete[first:]}
-        before, self.env_steps = self.env_steps, self.env_steps + len(segment)
-        learning = self.env_steps - max(before, self.learning_starts)  # of these steps, after learning_starts
-        self.owed += max(0, learning) * self.updates_per_step
-
-    def insert(self, transitions: dict[str, np.ndarray]) -> None:
-        if len(transitions["action"]):
-            rows = self.memory.add(transitions)
-            if self.priorities is not None:
-                self.priorities.on_add(rows)
-
-    def due(self) -> int:
-        """The whole gradient steps owed now (0 while no transition is stored), taken off the count."""
-        steps = int(self.owed) if len(self.memory) else 0
-        self.owed -= steps
-        return steps
-
-    def handout(self, progress: float) -> Handout:
-        """The batches due now, drawn one at a time as the Learner takes them (with prioritized
-        replay, each after the previous one's new priorities)."""
-        steps = self.due()
-        beta = self.priority_beta + progress * (1.0 - self.priority_beta)
-        prioritize = None if self.priorities is None else self.prioritize
-        return Handout(self.draw(steps, beta), prioritize=prioritize)
-
-    def draw(self, count: int, beta: float) -> Iterator[dict[str, np.ndarray]]:
-        for _ in range(count):
-            batch, self.rows = self.sample(self.batch_size, beta)
-            yield batch
+        self.count(len(segment))
 
     def sample(self, batch_size: int, beta: float = 1.0) -> tuple[dict, np.ndarray]:
         """A batch of ``batch_size`` transitions drawn with replacement ({field: [B, ...]}, with
         ``weight`` [B] under prioritized replay, ``beta`` its importance exponent), and their rows."""
-        if self.priorities is not None:
-            rows, weight = self.priorities.sample(batch_size, len(self.memory), beta, self.rng)
-            return self.memory.gather(rows) | {"weight": weight}, rows
-        rows = self.rng.integers(len(self.memory), size=batch_size)
-        return self.memory.gather(rows), rows
-
-    def prioritize(self, td_error: np.ndarray, rows: np.ndarray | None = None) -> None:
-        """The new priorities of a batch from its TD errors [B]: the batch last drawn, or the one of
-        ``rows`` (a batch drawn earlier, whose priorities come back later: replay shards)."""
-        self.priorities.update(self.rows if rows is None else rows, td_error)
+        rows, weight = self.sample_rows(batch_size, beta)
+        batch = self.memory.gather(rows)
+        return (batch if weight is None else batch | {"weight": weight}), rows
 
     def metrics(self) -> dict[str, float]:
         return {"replay": len(self.memory)}
 
     def state_dict(self) -> dict:
-        return {
-            "memory": self.memory.state_dict(),
-            "priorities": self.priorities.state_dict() if self.priorities is not None else {},
-            "tails": {str(i): tail for i, tail in self.tails.items()},
-            "env_steps": self.env_steps,
-            "owed": self.owed,
-            "rng": self.rng.bit_generator.state,
-        }
+        return super().state_dict() | {"tails": {str(i): tail for i, tail in self.tails.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         if "replay" in state:  # a format-5 checkpoint's Learner state: the replay beside its sampling RNG
             state = state["replay"] | {"rng": state["rng"]}
-        self.memory.load_state_dict(state["memory"])
-        if self.priorities is not None and state["priorities"]:
-            self.priorities.load_state_dict(state["priorities"])
-        elif self.priorities is not None:  # prioritized from this resume on: every stored row at the top
-            self.priorities.on_add(np.arange(len(self.memory)))
+        super().load_state_dict(state)
         self.tails = {int(i): {k: np.asarray(v) for k, v in tail.items()} for i, tail in state["tails"].items()}
-        self.env_steps = int(state["env_steps"])
-        self.owed = float(state["owed"])
-        self.rng.bit_generator.state = state["rng"]

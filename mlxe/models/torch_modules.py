@@ -253,61 +253,26 @@ def check_custom(model: ActorCritic, spec: NetSpec) -> None:
         )
 
 
-def bind_flat(module: nn.Module, flat: np.ndarray) -> tuple[torch.device, torch.Tensor]:
-    """Make ``module``'s parameters views of ``flat`` [P] (on the CPU: of the NumPy array itself; on the
-    device torch makes tensors on here, ``with torch.device``: of one copy there). Returns that device
-    and the tensor the views share, which a load into another device copies new weights over."""
-    device = torch.empty(0).device
-    source = torch.from_numpy(flat)
-    on_device = source if device.type == "cpu" else source.to(device)
-    offset = 0
-    for p in module.parameters():
-        p.data = on_device[offset : offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return device, on_device
-
-
-class FlatActor:
-    """:class:`Actor` acting over a flat float32 NumPy vector, without gradients: the interface of
-    :class:`~mlxe.models.off_policy.NumpyActor` for an actor the NumPy mirror does not implement (an
-    image, one-hot or concat encoder). Devices as :class:`FlatActorCritic`."""
-
-    def __init__(self, spec: NetSpec, outputs: int, flat: np.ndarray) -> None:
-        if flat.shape != (actor_params(spec, outputs),):
-            raise ValueError(f"weight vector has shape {flat.shape}, the actor needs ({actor_params(spec, outputs)},)")
-        self.flat = flat
-        self.module = Actor(spec, outputs).requires_grad_(False).eval()
-        self.device, self._on_device = bind_flat(self.module, flat)
-
-    def load(self, weights: np.ndarray) -> None:
-        np.copyto(self.flat, weights)
-        if self.device.type != "cpu":
-            self._on_device.copy_(torch.from_numpy(self.flat))
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """``obs [B, *obs_shape] -> u [B, outputs]``, NumPy float32."""
-        obs = np.asarray(obs)
-        x = torch.from_numpy(obs) if obs.flags.writeable else torch.tensor(obs)
-        with torch.inference_mode():
-            return self.module(x.to(self.device)).cpu().numpy()
-
-
-class FlatActorCritic:
-    """:class:`ActorCritic` acting over a flat float32 NumPy vector, without gradients, returning NumPy
-    arrays: the interface of :class:`~mlxe.models.actor_critic.NumpyActorCritic`.
+class FlatModule:
+    """A torch ``module`` acting over the flat float32 NumPy vector ``flat`` [P], without gradients.
 
     Built on the CPU, the module's parameters are views of ``flat`` (kept by reference, as the NumPy
-    mirror), so ``np.copyto(flat, weights)`` loads new weights. Built under ``with
+    mirrors), so ``np.copyto(flat, weights)`` loads new weights. Built under ``with
     torch.device(d):`` for another device (the policy-inference role on a GPU), the parameters live
-    there and :meth:`load` copies new weights over; observations go there and results come back."""
+    in one copy there and :meth:`load` copies new weights over; observations go there and results
+    come back."""
 
-    def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
-        if flat.shape != (spec.num_params(),):
-            raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
-        self.spec, self.flat = spec, flat
-        self.module = ActorCritic(spec).requires_grad_(False).eval()
-        self.device, self._on_device = bind_flat(self.module, flat)
-        self._noisy = self.module.noisy_layers()
+    def __init__(self, module: nn.Module, flat: np.ndarray, device: torch.device | None = None) -> None:
+        self.module, self.flat = module.requires_grad_(False).eval(), flat
+        self.device = torch.empty(0).device if device is None else device  # where torch makes tensors here
+        source = torch.from_numpy(flat)
+        self._on_device = source if self.device.type == "cpu" else source.to(self.device)
+        offset = 0
+        for name, p in list(self.module.named_parameters()):
+            owner, _, leaf = name.rpartition(".")
+            view = self._on_device[offset : offset + p.numel()].view(p.shape)
+            self.module.get_submodule(owner)._parameters[leaf] = nn.Parameter(view, requires_grad=False)
+            offset += p.numel()
 
     def load(self, weights: np.ndarray) -> None:
         """Act with ``weights`` [P] from now on."""
@@ -323,6 +288,39 @@ class FlatActorCritic:
     @staticmethod
     def _numpy(x: torch.Tensor) -> np.ndarray:
         return x.cpu().numpy()
+
+
+class FlatActor(FlatModule):
+    """:class:`Actor` over a flat weight vector: the interface of
+    :class:`~mlxe.models.off_policy.NumpyActor` for an actor the NumPy mirror does not implement (an
+    image, one-hot or concat encoder)."""
+
+    def __init__(self, spec: NetSpec, outputs: int, flat: np.ndarray) -> None:
+        if flat.shape != (actor_params(spec, outputs),):
+            raise ValueError(f"weight vector has shape {flat.shape}, the actor needs ({actor_params(spec, outputs)},)")
+        device = torch.empty(0).device
+        # made on the meta device: initial values that would be overwritten draw nothing from torch's
+        # generator, which a Learner in another thread of this process may be sampling from
+        with torch.device("meta"):
+            actor = Actor(spec, outputs)
+        super().__init__(actor, flat, device)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """``obs [B, *obs_shape] -> u [B, outputs]``, NumPy float32."""
+        with torch.inference_mode():
+            return self._numpy(self.module(self._tensor(obs)))
+
+
+class FlatActorCritic(FlatModule):
+    """:class:`ActorCritic` over a flat weight vector, returning NumPy arrays: the interface of
+    :class:`~mlxe.models.actor_critic.NumpyActorCritic`."""
+
+    def __init__(self, spec: NetSpec, flat: np.ndarray) -> None:
+        if flat.shape != (spec.num_params(),):
+            raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({spec.num_params()},)")
+        super().__init__(ActorCritic(spec), flat)
+        self.spec = spec
+        self._noisy = self.module.noisy_layers()
 
     def __call__(self, obs: np.ndarray):
         """``obs [B, *obs_shape] -> (policy, value [B])`` as :class:`ActorCritic`, NumPy float32."""

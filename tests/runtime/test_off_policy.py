@@ -47,7 +47,7 @@ CATCH = ["env.id=tests.envs.catch:ContinuousCatch", "env.max_episode_steps=20", 
 
 def test_sac_learns_catch_from_pixels(tmp_path):
     # uint8 images in the replay, the critics' CNN read by the actor: seeds 0-4 reached a greedy 0.9
-    # (a random paddle scores about -0.6) in 7,520 / 3,680 / 5,920 / 6,400 / 11,040 env steps; budget 17,000
-    # (1.5x); seed 1
+    # (a random paddle scores about -0.6) in 7,360 / 4,480 / 5,440 / 7,040 / 7,840 env steps; budget 17,000
+    # (2.2x); seed 1
     summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", *CATCH, "seed=1", "stop.max_env_steps=17000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= 0.9, summary
