@@ -85,14 +85,13 @@ class SequenceReplay(SampledReplay):
         steps = start + np.arange(W)  # [B, W]
         ended = blocks["terminated"][b, steps] | blocks["truncated"][b, steps]
         learned = steps[:, self.burn_in :]
+        terminated, truncated = blocks["terminated"][b, learned], blocks["truncated"][b, learned]
         # the returns of the learned steps, the sequence's end cut as a time limit (it bootstraps)
-        cut = blocks["truncated"][b, learned].copy()
+        cut = truncated.copy()
         cut[:, -1] = True
-        ret, last, discount, _ = nstep_window(
-            blocks["reward"][b, learned].T, blocks["terminated"][b, learned].T, cut.T, self.n_step, self.gamma
-        )
+        ret, last, discount, _ = nstep_window(blocks["reward"][b, learned].T, terminated.T, cut.T, self.n_step, self.gamma)
         last = last.T
-        genuine = blocks["truncated"][b, learned][b, last] & ~blocks["terminated"][b, learned][b, last]
+        genuine = truncated[b, last] & ~terminated[b, last]
         batch = {
             "obs": blocks["obs"][b, start + np.arange(W + 1)],
             "resets": np.concatenate([np.zeros((batch_size, 1), bool), ended], axis=1),

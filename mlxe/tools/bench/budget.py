@@ -78,14 +78,20 @@ def train_budget(config: str | Path, overrides: list[str], seed: int, name: str)
 def budget_table(results: dict[str, list[dict]], names: dict[str, str], peer: str | None, peer_name: str,
                  digits: int = 2) -> list[str]:
     """The lines of a fixed-budget side-by-side's table: each side's median [min-max] greedy return
-    (``digits``) and training wall time, MLxE's first, and the wall-time ratio of MLxE to ``peer``
-    (the key of the other side's runs in ``results``; None: MLxE ran alone)."""
+    (``digits``) and training wall time, MLxE's first (every key of ``names`` but ``peer``, in their
+    order), and each MLxE side's wall-time ratio to ``peer`` (the key of the other side's runs in
+    ``results``; None: MLxE ran alone)."""
+    mine = [side for side in names if side != peer]
     lines = ["| | return | train wall s |", "|---|---|---|"]
-    for side in ["mlxe", peer] if peer else ["mlxe"]:
+    for side in [*mine, peer] if peer else mine:
         rows = results[side]
         lines.append(f"| {names[side]} | {median_range([r['return'] for r in rows], digits)} | "
                      f"{median_range([r['train_s'] for r in rows], 1)} |")
     if peer:
-        ours, theirs = (np.median([r["train_s"] for r in results[side]]) for side in ("mlxe", peer))
-        lines += ["", f"- wall-time ratio MLxE / {peer_name} (medians): {ours / theirs:.2f}"]
+        theirs = np.median([r["train_s"] for r in results[peer]])
+        lines.append("")
+        for side in mine:
+            label = "MLxE" if len(mine) == 1 else names[side]
+            lines.append(f"- wall-time ratio {label} / {peer_name} (medians): "
+                         f"{np.median([r['train_s'] for r in results[side]]) / theirs:.2f}")
     return lines

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         from mlxe.tools.bench.qrdqn import bench_qrdqn
 
         out = bench_qrdqn(args.config, seeds=args.seeds, sb3_python=args.sb3_python, overrides=args.overrides,
-                          out_dir=args.out)
+                          out_dir=args.out, own=None if args.own == "none" else args.own)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -288,7 +288,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seeds", type=int, default=3)
     b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and pettingzoo: run MaskablePPO side by side")
     b = bench_parser("qrdqn", "QR-DQN vs sb3-contrib's QR-DQN, same settings: the greedy return after the config's "
-                     "budget on MinAtar's Breakout, and the training's wall time", "configs/minatar_breakout_qrdqn.yaml")
+                     "budget on MinAtar's Breakout, and the training's wall time", "configs/minatar_breakout_qrdqn.yaml",
+                     config_help="the settings both sides train with, and the budget")
+    b.add_argument("--own", default="configs/minatar_breakout_qrdqn_fast.yaml",
+                   help="MLxE's own config, trained beside for the same budget ('none': the shared settings only)")
     b.add_argument("--seeds", type=int, default=3)
     b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and minatar: run its QR-DQN side by side")
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "

@@ -49,5 +49,10 @@ def test_the_qrdqn_benchmark_reports_both_sides(tmp_path):
     path = qrdqn.bench_qrdqn(seeds=1, sb3_python=python, out_dir=tmp_path / "out", overrides=[
         "stop.max_env_steps=300", "algo.learning_starts=100", "run.eval_after=1"])
     report = path.read_text()
-    assert "sb3-contrib 2.9.2 QR-DQN | 1.50" in report and "wall-time ratio MLxE / sb3-contrib" in report
+    assert "sb3-contrib 2.9.2 QR-DQN | 1.50" in report
+    assert "| MLxE, its own settings (arch oa) |" in report and "own settings: configs/minatar_breakout_qrdqn_fast" in report
+    for side in ("the same settings (arch istb)", "its own settings (arch oa)"):  # each MLxE side's ratio to the peer
+        assert f"wall-time ratio MLxE, {side} / sb3-contrib" in report
+    steps = [r["env_steps"] for side in ("mlxe", "own") for r in json.loads((path.parent / "results.json").read_text())[side]]
+    assert all(300 <= s < 400 for s in steps), steps  # the shared budget, not the own config's
     assert "--env=MinAtar/Breakout-v1" in log.read_text() and "--eval-episodes=1" in log.read_text()
