@@ -209,6 +209,10 @@ class ModelConfig:
     # space's upper bound (1/255 for an image of [0, 255], 1 for a grid of 0/1 cells)
     obs_scale: float | None = None
     custom: str | None = None  # "package.module:Class": a torch module replacing the whole network
+    # "package.module:Class": a torch module in the encoder's place, for every algorithm: built as
+    # Class(spec), it reads the observations as stored [B, *obs_shape] and gives features [B, F]; the
+    # trunk and heads (an off-policy actor's and critics' MLPs) follow
+    custom_encoder: str | None = None
     # A recurrent core between the trunk and the heads (its state carried per environment, reset at
     # episode ends; PPO and A2C train it on whole segments, back-propagating through time)
     core: Literal["none", "lstm", "gru"] = "none"
@@ -1000,11 +1004,17 @@ def _check_model(m: ModelConfig) -> None:
     check_at_most("model.core_size", m.core_size, MAX_WIDTH)
     if m.obs_scale is not None and not 0 < m.obs_scale < math.inf:
         raise ConfigError(f"model.obs_scale: {m.obs_scale!r} is not allowed; expected a finite value > 0, or null")
-    check_model_reads(m, m.encoder)
+    for key in ("custom", "custom_encoder"):
+        if getattr(m, key) is not None and not re.fullmatch(r"[\w.]+:\w+", getattr(m, key)):
+            raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not allowed; expected 'package.module:Class'")
+    if m.custom is not None and m.custom_encoder is not None:
+        raise ConfigError("model.custom_encoder: a model.custom module replaces the whole network, encoder included; "
+                          "give one of the two")
+    if m.custom_encoder is not None and m.encoder != "auto":
+        raise ConfigError(f"model.encoder: {m.encoder!r} is not read: model.custom_encoder takes the encoder's place; remove it")
+    check_model_reads(m, "custom" if m.custom_encoder is not None else m.encoder)
     if m.custom is not None and m.core != "none":
         raise ConfigError("model.core: a model.custom module replaces the whole network, core included; set model.core=none")
-    if m.custom is not None and not re.fullmatch(r"[\w.]+:\w+", m.custom):
-        raise ConfigError(f"model.custom: {m.custom!r} is not allowed; expected 'package.module:Class'")
 
 
 def check_model_reads(
@@ -1020,7 +1030,7 @@ def check_model_reads(
         if m.init != "torch":
             raise ConfigError(f"model.init: {m.init!r} is not read: model.custom builds and initializes its own layers; remove it")
         return  # the module replaces the whole network
-    picked = "" if encoder == m.encoder else f", which model.encoder {m.encoder!r} picked for this observation space"
+    picked = "" if encoder in (m.encoder, "custom") else f", which model.encoder {m.encoder!r} picked for this observation space"
     cnn = encoder in ("auto", "cnn") or (encoder == "concat" and image)
     unread = {
         "conv": (not cnn, f"the encoder is {encoder!r}{picked}; CNN layers are read by 'cnn' (and 'concat' for images)"),

@@ -61,11 +61,12 @@ class Config(AlgoConfig):
         if self.cg_damping < 0:
             raise ConfigError(f"algo.cg_damping: {self.cg_damping!r} is not allowed; expected a value >= 0")
         m = cfg.model
-        if m.trunk or m.core != "none" or m.custom is not None or m.encoder in ("cnn", "impala_cnn", "concat"):
+        shared = m.custom is not None or m.custom_encoder is not None or m.encoder in ("cnn", "impala_cnn", "concat")
+        if m.trunk or m.core != "none" or shared:
             raise ConfigError(
                 "model.trunk: algo.name 'trpo' fits its value function apart from the policy, so they share no "
-                f"parameters: set model.trunk: [] (got {list(m.trunk)}) with no model.core, model.custom or CNN "
-                "encoder, and size model.policy_head and model.value_head"
+                f"parameters: set model.trunk: [] (got {list(m.trunk)}) with no model.core, model.custom, "
+                "model.custom_encoder or CNN encoder, and size model.policy_head and model.value_head"
             )
 
 

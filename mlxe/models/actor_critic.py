@@ -54,7 +54,7 @@ STD_KINDS = ("state_independent", "softplus")
 
 
 NATURE_CONV = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))  # Mnih et al. (2015): (out channels, kernel, stride, padding)
-ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn", "concat")
+ENCODERS = ("mlp", "onehot", "cnn", "impala_cnn", "concat", "custom")
 CORES = ("none", "lstm", "gru")
 
 
@@ -70,9 +70,11 @@ class NetSpec:
     observation itself; ``onehot``; ``cnn``: the ``conv`` layers; ``impala_cnn``: IMPALA's residual
     stages of ``impala_channels``; ``concat``: a Dict or Tuple observation, stored flat, split into
     its ``obs_parts`` ((shape, dtype, scale) each), each part encoded (``cnn`` for an image, as it is
-    otherwise) and the features concatenated); the trunk MLP follows it, then the two heads. ``custom``
-    ("package.module:Class") replaces encoder, trunk and heads by a user's module
-    (:class:`mlxe.models.torch_modules.ActorCritic` documents its contract).
+    otherwise) and the features concatenated); ``custom``: a user's module ``custom_encoder``
+    ("package.module:Class", built as ``Class(spec)``: observations as stored [B, *obs_shape] -> features
+    [B, F]). The trunk MLP follows it, then the two heads. ``custom`` ("package.module:Class")
+    replaces encoder, trunk and heads by a user's module (:class:`mlxe.models.torch_modules.ActorCritic`
+    documents its contract).
     """
 
     obs_shape: tuple[int, ...] | int
@@ -102,6 +104,7 @@ class NetSpec:
     impala_channels: tuple[int, ...] = (16, 32, 32)
     channels_last: bool = False  # images stored [H, W, C] (the encoder moves the channels first)
     custom: str | None = None
+    custom_encoder: str | None = None
     obs_parts: tuple[tuple[tuple[int, ...], str, float], ...] = ()  # a Dict or Tuple observation's parts
     core: str = "none"  # a recurrent core after the trunk: "lstm" or "gru" of ``core_size`` units
     init: str = "torch"  # the initial weights: "torch" or "orthogonal" (ModelConfig.init)
@@ -216,6 +219,8 @@ class NetSpec:
         """Width of the encoder's output (the trunk's input)."""
         if self.encoder == "concat":
             return sum(part.features() for part in self.part_specs())
+        if self.encoder == "custom":
+            return _custom_encoder_sizes(self)[0]
         if self.encoder == "onehot":
             return self.obs_categories
         if self.encoder == "mlp":
@@ -238,6 +243,8 @@ class NetSpec:
         """Parameters of the encoder (before the trunk in the flat layout)."""
         if self.encoder == "concat":
             return sum(part.encoder_params() for part in self.part_specs())
+        if self.encoder == "custom":
+            return _custom_encoder_sizes(self)[1]
         if self.encoder == "cnn":
             c, total = self.image_shape()[0], 0
             for channels, kernel, _, _ in self.conv:
@@ -357,21 +364,41 @@ def _custom_params(spec: NetSpec) -> int:
     return sum(p.numel() for p in load_custom(spec).parameters()) + spec.log_std_params()
 
 
-def load_custom(spec: NetSpec):
-    """``Class(spec)`` of ``spec.custom`` ("package.module:Class"), a ``torch.nn.Module``; a
-    ConfigError naming ``model.custom``."""
+@functools.lru_cache(maxsize=16)
+def _custom_encoder_sizes(spec: NetSpec) -> tuple[int, int]:
+    """(F, parameters) of a user's encoder, from one built and run on the meta device (shapes only:
+    nothing is computed or drawn from torch's generator); a ConfigError naming ``model.custom_encoder``
+    where it does not give [B, F] features."""
+    import torch
+
+    with torch.device("meta"):
+        encoder = load_custom(spec, "custom_encoder")
+        out = encoder(torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype)))
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2 or not out.is_floating_point():
+        got = f"a {tuple(out.shape)} {out.dtype} tensor" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+        raise ConfigError(
+            f"model.custom_encoder: {spec.custom_encoder!r}'s forward on observations of shape (2, "
+            f"{', '.join(map(str, spec.obs_shape))}) gives {got}; an encoder gives float features [B, F]"
+        )
+    return int(out.shape[1]), sum(p.numel() for p in encoder.parameters())
+
+
+def load_custom(spec: NetSpec, key: str = "custom"):
+    """``Class(spec)`` of ``spec.<key>`` ("package.module:Class": ``custom``, the whole network, or
+    ``custom_encoder``), a ``torch.nn.Module``; a ConfigError naming ``model.<key>``."""
     import importlib
 
     from torch import nn
 
-    module_name, _, class_name = spec.custom.partition(":")
+    path = getattr(spec, key)
+    module_name, _, class_name = path.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"model.custom: cannot load {spec.custom!r} (expected 'package.module:Class'): {exc}") from exc
+        raise ConfigError(f"model.{key}: cannot load {path!r} (expected 'package.module:Class'): {exc}") from exc
     module = cls(spec)
     if not isinstance(module, nn.Module):
-        raise ConfigError(f"model.custom: {spec.custom!r} built a {type(module).__name__}, not a torch.nn.Module")
+        raise ConfigError(f"model.{key}: {path!r} built a {type(module).__name__}, not a torch.nn.Module")
     return module
 
 
@@ -616,7 +643,7 @@ def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = Fal
             box |= dict(action_low=tuple(low.tolist()), action_high=tuple(high.tolist()), std=m.std,
                         log_std_init=m.log_std_init)
         actions = sum(nvec)
-    encoder = m.encoder
+    encoder = "custom" if m.custom_encoder is not None else m.encoder
     if encoder == "auto":
         encoder = "concat" if parts else "onehot" if categories else "cnn" if len(shape) == 3 else "mlp"
     check_encoder(encoder, m.custom, shape, categories, parts, observation_space)
@@ -636,7 +663,7 @@ def net_spec(m: ModelConfig, observation_space, actions, action_mask: bool = Fal
         **box, obs_dtype=dtype, obs_scale=scale, obs_categories=categories,
         encoder=encoder,
         conv=tuple((*layer, 0)[:4] for layer in map(tuple, m.conv)), impala_channels=tuple(m.impala_channels),
-        channels_last=bool(channels_last), custom=m.custom, core=m.core, core_size=m.core_size, obs_parts=parts,
+        channels_last=bool(channels_last), custom=m.custom, custom_encoder=m.custom_encoder, core=m.core, core_size=m.core_size, obs_parts=parts,
         action_mask=action_mask, init=m.init,
     )
 
@@ -645,7 +672,7 @@ def check_encoder(
     encoder: str, custom: str | None, shape: tuple[int, ...], categories: int, parts: tuple, space
 ) -> None:
     """A ConfigError naming ``model.encoder`` and the space where the encoder cannot read the observation."""
-    if custom is not None:
+    if custom is not None or encoder == "custom":
         return
     flat = len(shape) == 1 and not categories
     fits = {"onehot": categories > 0, "mlp": flat, "cnn": len(shape) == 3, "concat": bool(parts)}

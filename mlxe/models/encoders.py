@@ -11,20 +11,23 @@ that computes, so they travel and sit in replays as bytes.
 * ``impala_cnn``: IMPALA's stages (Espeholt et al., 2018): a 3x3 convolution, a 3x3 max-pool of
   stride 2 and two residual blocks per entry of ``impala_channels``, then ReLU and flatten;
 * ``concat``: a Dict or Tuple observation, flat as stored, split into its parts, each encoded (an
-  image by ``cnn``, any other part as it is), the features concatenated.
+  image by ``cnn``, any other part as it is), the features concatenated;
+* ``custom``: a user's module (``model.custom_encoder``, ``Class(spec)``), given the observations as stored.
 
-``NetSpec.features()`` is each encoder's output width, computed without torch.
+``NetSpec.features()`` is each encoder's output width, computed without torch (a user's encoder's:
+from shapes alone, on the meta device).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlxe.models.actor_critic import NetSpec
+from mlxe.models.actor_critic import NetSpec, load_custom
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
@@ -141,8 +144,23 @@ class Concat(nn.Module):
         return torch.cat(features, dim=-1)
 
 
-ENCODERS: dict[str, type[nn.Module]] = {
+class UserEncoder(nn.Module):
+    """A user's encoder (``model.custom_encoder``), called on one batch axis: leading axes [T, B]
+    (a recurrent core's sequences) are merged for it and split again after."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.user = load_custom(spec, "custom_encoder")
+        self.dims = len(spec.obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[: obs.dim() - self.dims]
+        return self.user(obs.reshape(-1, *obs.shape[len(lead) :])).reshape(*lead, -1)
+
+
+ENCODERS: dict[str, Callable[[NetSpec], nn.Module]] = {
     "mlp": Flat, "onehot": OneHot, "cnn": ConvEncoder, "impala_cnn": ImpalaEncoder, "concat": Concat,
+    "custom": UserEncoder,
 }
 
 

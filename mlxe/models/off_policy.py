@@ -58,7 +58,8 @@ def check_spec(spec: NetSpec, algo: str, image_shift: int = 0) -> None:
     if spec.custom is not None:
         raise ConfigError(
             f"model.custom: not supported with algo.name {algo!r}: a user's module gives an actor-critic's "
-            "(head, value), not an actor and Q critics; use model.encoder (mlp, cnn, impala_cnn, concat)"
+            "(head, value), not an actor and Q critics; give your module as model.custom_encoder (the actor's and "
+            "critics' MLPs follow it), or use model.encoder (mlp, cnn, impala_cnn, concat)"
         )
     if spec.recurrent:
         raise ConfigError(f"model.core: {spec.core!r} is not supported with algo.name {algo!r} (a feed-forward actor and critics)")

@@ -4,6 +4,7 @@ acting with the actor's weights, the update-to-data ratio, checkpoints and confi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -314,6 +315,22 @@ def test_executors_act_on_images_with_the_learners_actor_encoder_included(algo):
     obs = image_batch()["obs"]
     with torch.no_grad():
         np.testing.assert_allclose(actor(obs.numpy()), lrn.actor(obs).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_a_user_encoder_trains_as_the_built_in_one_it_copies(algo):
+    """``model.custom_encoder`` in the critics' and the actor's encoder place: a user's copy of the
+    CNN gives the same weights, steps and Executor actions as the built-in CNN, seed for seed."""
+    mine = dataclasses.replace(IMAGE_SPEC, encoder="custom", custom_encoder="tests.models.test_encoders:NatureCopy")
+    runs = []
+    for spec, key in ((IMAGE_SPEC, "model.encoder=cnn"), (mine, "model.custom_encoder=tests.models.test_encoders:NatureCopy")):
+        lrn = pair(CLASSES[algo], cfg(algo, key), spec, 0).algorithm
+        assert lrn.actor.encoder is lrn.critic.encoder
+        lrn.gradient_step(image_batch(), actor_turn=True)
+        actor = acting_actor(spec, lrn.actor_outputs(spec), lrn.weights())
+        runs.append((lrn.weights(), actor(image_batch()["obs"].numpy())))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_allclose(runs[0][1], runs[1][1], rtol=1e-6)
 
 
 def test_image_shifts_augment_both_observations_of_a_batch():

@@ -1,5 +1,7 @@
 """Encoders, the composed network, acting over the flat vector, and the model config's errors."""
 
+import dataclasses
+
 import gymnasium
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import torch
 from mlxe.config import ConfigError
 from mlxe.loading import load_config
 from mlxe.models.actor_critic import NetSpec, NumpyActorCritic, flat_weights, net_spec
+from mlxe.models.encoders import ConvEncoder, as_float
 from mlxe.models.network import acting_network, build_torch
 from mlxe.models.torch_modules import FlatActorCritic
 
@@ -250,6 +253,99 @@ def test_a_custom_module_that_does_not_load_names_the_key():
     spec = spec_of(gymnasium.spaces.Box(-1, 1, (5,)), "model.custom=no_such_package.mod:Net")
     with pytest.raises(ConfigError, match="model.custom: cannot load 'no_such_package.mod:Net'"):
         build_torch(spec)
+
+
+class NatureCopy(torch.nn.Module):
+    """A user's encoder (``model.custom_encoder``) that is the built-in CNN of the config's layers."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.cnn = ConvEncoder(dataclasses.replace(spec, encoder="cnn", custom_encoder=None))
+
+    def forward(self, obs):
+        return self.cnn(obs)
+
+
+class SmallConv(torch.nn.Module):
+    """A user's encoder written from scratch: one 3x3 convolution of 8 channels over a channels-first image."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.scale = spec.obs_scale
+        self.conv = torch.nn.Conv2d(spec.obs_shape[0], 8, 3)
+
+    def forward(self, obs):
+        return torch.relu(self.conv(as_float(obs, self.scale))).flatten(1)
+
+
+class Unflattened(torch.nn.Module):
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(spec.obs_shape[0], 2, 3)
+
+    def forward(self, obs):
+        return self.conv(obs.float())
+
+
+IMAGE = gymnasium.spaces.Box(0, 255, (2, 36, 36), np.uint8)  # the smallest the Nature CNN reads
+
+
+def test_a_user_encoder_takes_the_encoders_place_with_the_trunk_and_heads_after_it():
+    built_in = spec_of(IMAGE, "model.trunk=[16]")
+    mine = spec_of(IMAGE, f"model.custom_encoder={__name__}:NatureCopy", "model.trunk=[16]")
+    assert (mine.encoder, mine.features(), mine.num_params()) == ("custom", built_in.features(), built_in.num_params())
+    # built on the meta device to measure it: sizing the network draws nothing from torch's generator
+    torch.manual_seed(0)
+    mine.num_params()
+    drawn = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(1), drawn)
+    models = []
+    for spec in (built_in, mine):
+        torch.manual_seed(0)
+        models.append(build_torch(spec))
+    np.testing.assert_array_equal(flat_weights(models[0]), flat_weights(models[1]))
+    obs = observations(mine, (4,))
+    net = acting_network(mine, flat_weights(models[1]))  # what an Executor acts with
+    with torch.no_grad():
+        np.testing.assert_allclose(net(obs)[0], models[0](torch.as_tensor(obs))[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_user_encoder_reads_a_recurrent_cores_sequences_one_batch_at_a_time():
+    spec = spec_of(IMAGE, f"model.custom_encoder={__name__}:NatureCopy", "model.core=gru", "model.core_size=8")
+    encoder = build_torch(spec).encoder
+    obs = torch.as_tensor(observations(spec, (3, 2)))  # [T, B, ...]
+    with torch.no_grad():
+        assert torch.equal(encoder(obs), encoder(obs.flatten(0, 1)).unflatten(0, (3, 2)))
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ([f"model.custom_encoder={__name__}:Unflattened"], r"model.custom_encoder: .*Unflattened'.s forward on "
+         r"observations of shape \(2, 2, 36, 36\) gives a \(2, 2, 34, 34\) torch.float32 tensor; an encoder gives float "
+         r"features \[B, F\]"),
+        (["model.custom_encoder=no_such_package.mod:Net"], "model.custom_encoder: cannot load 'no_such_package.mod:Net'"),
+    ],
+)
+def test_a_user_encoder_that_gives_no_features_names_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        spec_of(IMAGE, *overrides).num_params()
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["model.custom_encoder=nota module"], "model.custom_encoder: 'nota module' is not allowed"),
+        (["model.custom_encoder=m:Enc", "model.custom=m:Net"], "model.custom_encoder: a model.custom module replaces"),
+        (["model.custom_encoder=m:Enc", "model.encoder=cnn"], "model.encoder: 'cnn' is not read: model.custom_encoder"),
+        (["model.custom_encoder=m:Enc", "model.conv=[[4, 3, 2]]"], r"model.conv: \[\[4, 3, 2\]\] is not read: the encoder is 'custom'"),
+        (["model.custom_encoder=m:Enc", "algo.name=trpo", "model.trunk=[]"], "model.custom_encoder or CNN encoder"),
+    ],
+)
+def test_user_encoder_settings_that_conflict_name_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, overrides)
 
 
 def test_a_dict_observation_is_split_into_its_parts_and_encoded_each():

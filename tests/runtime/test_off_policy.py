@@ -51,3 +51,14 @@ def test_sac_learns_catch_from_pixels(tmp_path):
     # (2.2x); seed 1
     summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", *CATCH, "seed=1", "stop.max_env_steps=17000")
     assert summary["stop_reason"] == "eval_return" and summary["best"]["score"] >= 0.9, summary
+
+
+def test_sac_trains_through_a_user_encoder_in_executor_processes(tmp_path):
+    # a user's encoder (tests/models/test_encoders.py) imported by spawned Executors: a short run ends
+    # with a checkpoint whose greedy evaluation acts through the same encoder
+    conv = [o for o in CATCH if not o.startswith(("model.encoder", "model.conv"))]
+    summary = train(tmp_path, "configs/zoo/sac/Pendulum-v1.yaml", *conv, "model.custom_encoder=tests.models.test_encoders:SmallConv",
+                    "arch=is", "executors=2", "start_method=spawn", "seed=1", "stop.max_env_steps=600", "stop.eval_return=null")
+    assert summary["stop_reason"] == "max_env_steps" and summary["updates"] > 0, summary
+    result = mlxe.evaluate(summary["run_dir"], episodes=3)
+    assert -1.0 <= result["mean_return"] <= 1.0, result
