@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from starlette.routing import Route
 
 from mlxe.config import ConfigError
 from mlxe.core import Policy, State
+from mlxe.runtime.trained import TrainedPolicy, load_policy
 from mlxe.service.server import HttpService
 from mlxe.service.tokens import refusal
 
@@ -75,32 +75,39 @@ class _BadRequest(ValueError):
 
 @dataclass
 class ServedPolicy:
-    """A run's policy as the service acts with it: loaded from its checkpoint, with its observation filter."""
+    """A run's policy as the service acts with it (:class:`mlxe.runtime.trained.TrainedPolicy`), and
+    the /v1/spec answer."""
 
-    policy: Policy
-    normalize_obs: Callable[[np.ndarray], np.ndarray]  # obs [B, *obs] as the policy was trained to see them
-    obs_shape: tuple[int, ...]
-    obs_dtype: str
-    bounds: tuple[np.ndarray, np.ndarray] | None  # Box actions' [A] (a hybrid row's [K + D]) low and high (None: none)
-    recurrent: bool
+    trained: TrainedPolicy
     greedy: bool
     spec: dict  # the /v1/spec answer
 
+    @property
+    def policy(self) -> Policy:
+        return self.trained.policy
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(int(n) for n in self.trained.spec.obs_shape)
+
+    @property
+    def obs_dtype(self) -> str:
+        return self.trained.spec.obs_dtype
+
+    @property
+    def recurrent(self) -> bool:
+        return self.trained.recurrent
+
     def act(self, obs: np.ndarray, state: State) -> tuple[list, State]:
         """obs [B, *obs] (raw, as the simulator observes them) -> (B actions as JSON values, the next state)."""
-        actions, _, state = self.policy.act(self.normalize_obs(obs), state, greedy=self.greedy)
-        if self.bounds is not None:  # what the run's own environments step with
-            actions = np.clip(actions, *self.bounds)
+        actions, state = self.trained.predict(obs, state, deterministic=self.greedy)
         return actions.tolist(), state
 
 
 def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -> ServedPolicy:
     """The policy of ``run_dir``'s ``best.pt`` (its ``last.pt`` with ``last``, or when it has no ``best.pt``),
     loaded as ``mlxe eval`` loads it. A multi-agent run is a ConfigError."""
-    from mlxe.envs.filters import Filters
     from mlxe.loading import load_run_config
-    from mlxe.policies.manager import algorithm_class
-    from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
     from mlxe.runtime.setup import problem_spec
 
     run_dir = Path(run_dir)
@@ -112,44 +119,30 @@ def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -
             f"serve-policy: {run_dir} is a multi-agent run (env.api 'pettingzoo'); serve-policy serves "
             "single-agent runs for now"
         )
-    path = checkpoint_file(run_dir, last)
-    spec = problem_spec(config)
-    if spec.action_mask:
+    if problem_spec(config).action_mask:
         raise ConfigError(
             f"serve-policy: {run_dir} acts with its environment's action masks, which /v1/act requests do not carry; "
             "serve-policy serves runs without masks (env.action_mask: false)"
         )
-    state = load_checkpoint(path, expect=run_identity(config, spec))  # another run's is an error naming what differs
-    check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
-    policy = algorithm_class(config).make_policy(config, spec, config.seed)
-    policy.load(state["weights"].numpy())
-    filters = Filters(config.filters, config.algo.gamma, spec)  # the observation statistics the policy was trained with
-    filters.load_state_dict(state.get("filters") or {})
+    trained = load_policy(run_dir, last)
+    spec = trained.spec
     if spec.continuous:
-        bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
         action = {
             "kind": "box", "shape": [spec.n_actions], "low": list(spec.action_low), "high": list(spec.action_high),
         }
     elif spec.hybrid:  # each categorical part's index, then the Box values clipped to their bounds
-        k = len(spec.action_nvec)
-        bounds = (np.r_[np.full(k, -np.inf), spec.action_low].astype(np.float32),
-                  np.r_[np.full(k, np.inf), spec.action_high].astype(np.float32))
         action = {"kind": "hybrid", "nvec": list(spec.action_nvec),
                   "box": {"shape": [spec.box_dims], "low": list(spec.action_low), "high": list(spec.action_high)}}
     elif spec.factorized:  # an action is each part's index (a MultiDiscrete's, a MultiBinary's bits, ...)
-        bounds, action = None, {"kind": "multi_discrete", "nvec": list(spec.action_nvec)}
+        action = {"kind": "multi_discrete", "nvec": list(spec.action_nvec)}
     else:
-        bounds, action = None, {"kind": "discrete", "n": spec.n_actions}
-    recurrent = policy.initial_state(1) is not None
-    obs_shape = tuple(int(n) for n in spec.obs_shape)
+        action = {"kind": "discrete", "n": spec.n_actions}
     description = {
-        "observation_shape": list(obs_shape), "observation_dtype": spec.obs_dtype, "action": action,
-        "recurrent": recurrent, "greedy": greedy, "max_observations": MAX_OBSERVATIONS,
-        "run": run_dir.resolve().name, "checkpoint": str(path.relative_to(run_dir)),
+        "observation_shape": [int(n) for n in spec.obs_shape], "observation_dtype": spec.obs_dtype, "action": action,
+        "recurrent": trained.recurrent, "greedy": greedy, "max_observations": MAX_OBSERVATIONS,
+        "run": run_dir.resolve().name, "checkpoint": str(trained.checkpoint.relative_to(run_dir)),
     }
-    return ServedPolicy(
-        policy, filters.normalize_obs, obs_shape, spec.obs_dtype, bounds, recurrent, greedy, description
-    )
+    return ServedPolicy(trained, greedy, description)
 
 
 @dataclass
