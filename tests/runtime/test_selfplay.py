@@ -212,8 +212,8 @@ def test_a_run_that_cannot_self_play_stops_at_its_start_naming_the_key(tmp_path,
 def tictactoe_run(tmp_path_factory):
     cfg = load_config("configs/connect_four_selfplay.yaml", [
         f"run.dir={tmp_path_factory.mktemp('runs')}", *TICTACTOE, "arch=istb", "executors=1", "envs_per_executor=8",
-        "rollout.steps=64", "algo.entropy_coef=0", "selfplay.snapshot_every=3072", "selfplay.keep=4", "stop.eval_every=6",
-        "stop.max_env_steps=18432", "seed=0", "run.plot=true",
+        "rollout.steps=64", "algo.entropy_coef=0", "selfplay.snapshot_every=3072", "selfplay.keep=4",
+        "selfplay.share=0.8", "stop.eval_every=6", "stop.max_env_steps=18432", "seed=0", "run.plot=true",
     ])
     return mlxe.train(cfg)
 
