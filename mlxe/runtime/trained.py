@@ -109,10 +109,13 @@ class TrainedPolicy:
         return mask[None] if single else mask
 
 
-def load_policy(source: str | Path, last: bool = False) -> TrainedPolicy:
+def load_policy(
+    source: str | Path, last: bool = False, check: Callable[[Path, Config], None] | None = None
+) -> TrainedPolicy:
     """The policy of ``source``: a run directory's ``best.pt`` (its ``last.pt`` with ``last``, or when it
     has no ``best.pt``) or a checkpoint file in a run's ``checkpoints/``, loaded as ``mlxe eval`` loads
-    it. A ConfigError names the path where it is not a run's, and for a multi-agent run."""
+    it. A ConfigError names the path where it is not a run's, and for a multi-agent run. ``check(run_dir,
+    config)``: a caller's refusal of a run it cannot act for, before anything else is read."""
     from mlxe.envs.filters import Filters
     from mlxe.loading import load_run_config
     from mlxe.policies.manager import algorithm_class
@@ -124,15 +127,17 @@ def load_policy(source: str | Path, last: bool = False) -> TrainedPolicy:
     run_dir = source if source.is_dir() else path.parent.parent
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{source}: not a run directory or a checkpoint in one (no {run_dir / 'config.yaml'})")
-    if not path.is_file():
-        raise ConfigError(f"{source}: no checkpoint at {path}")
     config = load_run_config(run_dir)
+    if check is not None:
+        check(run_dir, config)
     if config.env.api == "pettingzoo":
         raise ConfigError(
             f"{run_dir} is a multi-agent run (env.api 'pettingzoo'), whose policies act for their agents; "
             "load a single-agent run"
         )
     spec = problem_spec(config)
+    if not path.is_file():
+        raise ConfigError(f"{source}: no checkpoint at {path}")
     state = load_checkpoint(path, expect=run_identity(config, spec))  # another run's is an error naming what differs
     check_finite_weights(path, state)  # a NaN model would answer with nonsense actions
     policy = algorithm_class(config).make_policy(config, spec, config.seed)

@@ -106,25 +106,25 @@ class ServedPolicy:
 
 def load_served_policy(run_dir: Path, last: bool = False, greedy: bool = True) -> ServedPolicy:
     """The policy of ``run_dir``'s ``best.pt`` (its ``last.pt`` with ``last``, or when it has no ``best.pt``),
-    loaded as ``mlxe eval`` loads it. A multi-agent run is a ConfigError."""
-    from mlxe.loading import load_run_config
+    loaded as ``mlxe eval`` loads it. A multi-agent run, or one acting with masks, is a ConfigError."""
+
     from mlxe.runtime.setup import problem_spec
 
+    def refuse(run_dir: Path, config) -> None:
+        """What /v1/act cannot carry: agents' turns, action masks."""
+        if config.env.api == "pettingzoo":
+            raise ConfigError(
+                f"serve-policy: {run_dir} is a multi-agent run (env.api 'pettingzoo'); serve-policy serves "
+                "single-agent runs for now"
+            )
+        if problem_spec(config).action_mask:
+            raise ConfigError(
+                f"serve-policy: {run_dir} acts with its environment's action masks, which /v1/act requests do not "
+                "carry; serve-policy serves runs without masks (env.action_mask: false)"
+            )
+
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"serve-policy: {run_dir} is not a run directory (no config.yaml)")
-    config = load_run_config(run_dir)
-    if config.env.api == "pettingzoo":
-        raise ConfigError(
-            f"serve-policy: {run_dir} is a multi-agent run (env.api 'pettingzoo'); serve-policy serves "
-            "single-agent runs for now"
-        )
-    if problem_spec(config).action_mask:
-        raise ConfigError(
-            f"serve-policy: {run_dir} acts with its environment's action masks, which /v1/act requests do not carry; "
-            "serve-policy serves runs without masks (env.action_mask: false)"
-        )
-    trained = load_policy(run_dir, last)
+    trained = load_policy(run_dir, last, refuse)
     spec = trained.spec
     if spec.continuous:
         action = {
