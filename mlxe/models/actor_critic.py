@@ -373,7 +373,15 @@ def _custom_encoder_sizes(spec: NetSpec) -> tuple[int, int]:
 
     with torch.device("meta"):
         encoder = load_custom(spec, "custom_encoder")
-        out = encoder(torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype)))
+        try:
+            out = encoder(torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype)))
+        except Exception as exc:  # a shape error of the module, or a read of values (.item(), .numpy())
+            raise ConfigError(
+                f"model.custom_encoder: {spec.custom_encoder!r}'s forward on observations of shape (2, "
+                f"{', '.join(map(str, spec.obs_shape))}) failed on the meta device, where MLxE finds its output width "
+                f"without computing ({type(exc).__name__}: {exc}); it must compute without reading values "
+                "(no .item(), .numpy())"
+            ) from exc
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2 or not out.is_floating_point():
         got = f"a {tuple(out.shape)} {out.dtype} tensor" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
         raise ConfigError(

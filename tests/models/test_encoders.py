@@ -278,6 +278,11 @@ class SmallConv(torch.nn.Module):
         return torch.relu(self.conv(as_float(obs, self.scale))).flatten(1)
 
 
+class ReadsValues(SmallConv):
+    def forward(self, obs):
+        return super().forward(obs) * float(obs.sum().item() > 0)
+
+
 class Unflattened(torch.nn.Module):
     def __init__(self, spec: NetSpec) -> None:
         super().__init__()
@@ -326,6 +331,8 @@ def test_a_user_encoder_reads_a_recurrent_cores_sequences_one_batch_at_a_time():
          r"observations of shape \(2, 2, 36, 36\) gives a \(2, 2, 34, 34\) torch.float32 tensor; an encoder gives float "
          r"features \[B, F\]"),
         (["model.custom_encoder=no_such_package.mod:Net"], "model.custom_encoder: cannot load 'no_such_package.mod:Net'"),
+        ([f"model.custom_encoder={__name__}:ReadsValues"], r"model.custom_encoder: .*ReadsValues'.s forward on "
+         r"observations of shape \(2, 2, 36, 36\) failed on the meta device"),
     ],
 )
 def test_a_user_encoder_that_gives_no_features_names_the_key(overrides, match):

@@ -132,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
 
         out = bench_qrdqn(args.config, seeds=args.seeds, sb3_python=args.sb3_python, overrides=args.overrides,
                           out_dir=args.out, own=None if args.own == "none" else args.own)
+    elif args.bench == "predict":
+        from mlxe.tools.bench.predict import bench_predict
+
+        out = bench_predict(tuple(int(b) for b in args.batches.split(",")), calls=args.calls, rounds=args.rounds,
+                            threads=args.threads, sb3_python=args.sb3_python, out_dir=args.out)
     elif args.bench == "frontier":
         from mlxe.tools.bench.frontier import bench_frontier
 
@@ -294,6 +299,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="MLxE's own config, trained beside for the same budget ('none': the shared settings only)")
     b.add_argument("--seeds", type=int, default=3)
     b.add_argument("--sb3-python", default=None, help="a Python with sb3-contrib and minatar: run its QR-DQN side by side")
+    b = bench.add_parser("predict", help="mlxe.load(run).predict vs SB3's model.predict on PPO's default MLP and CNN: "
+                         "microseconds per call, one observation and a batch")
+    b.add_argument("--batches", default="1,256", help="comma-separated batch sizes (1: one observation)")
+    b.add_argument("--calls", type=int, default=200, help="calls per round")
+    b.add_argument("--rounds", type=int, default=3, help="rounds (the median is reported)")
+    b.add_argument("--threads", type=int, default=1, help="torch's intra-op threads on both sides")
+    b.add_argument("--sb3-python", default=None, help="a Python with stable-baselines3: time its predict side by side")
+    b.add_argument("--out", default=None, help="output directory (default runs/bench-predict-<time>)")
+    b.set_defaults(func=run)
     b = bench.add_parser("frontier", help="a GPU machine's figures in one run: the compiled PPO step, SAC/TD3 steps/s, "
                          "Executor scaling, Pong frames/s and time to 20")
     b.add_argument("--minutes", type=float, default=10.0, help="wall time of the whole run, shared among the phases")

@@ -56,3 +56,17 @@ def test_the_qrdqn_benchmark_reports_both_sides(tmp_path):
     steps = [r["env_steps"] for side in ("mlxe", "own") for r in json.loads((path.parent / "results.json").read_text())[side]]
     assert all(300 <= s < 400 for s in steps), steps  # the shared budget, not the own config's
     assert "--env=MinAtar/Breakout-v1" in log.read_text() and "--eval-episodes=1" in log.read_text()
+
+
+def test_the_predict_benchmark_times_loaded_runs_beside_sb3(tmp_path):
+    from mlxe.tools.bench import predict
+
+    timings = {f"{net}-{batch}": 100.0 for net in ("mlp", "cnn") for batch in (1, 4)}
+    python, log = fake_peer(tmp_path, {"us_per_call": timings, "version": "2.9.2"})
+    path = predict.bench_predict(batches=(1, 4), calls=3, rounds=1, sb3_python=python, out_dir=tmp_path / "out")
+    rows = [line.split(" | ") for line in path.read_text().splitlines() if line.startswith(("| mlp", "| cnn"))]
+    assert [(r[0], r[1]) for r in rows] == [("| mlp", "1"), ("| mlp", "4"), ("| cnn", "1"), ("| cnn", "4")]
+    for row in rows:  # MLxE's time, SB3's, their ratio
+        ours = float(row[2].replace(",", ""))
+        assert ours > 0 and row[3] == "100.0" and float(row[4].rstrip(" |")) == pytest.approx(ours / 100, abs=0.01)
+    assert "--batches=1,4" in log.read_text() and "--threads=1" in log.read_text()
