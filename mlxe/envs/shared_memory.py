@@ -131,8 +131,16 @@ class SharedMemoryVec:
             code = f"from mlxe.envs.shared_memory import serve; serve({theirs.fileno()}, {fd})"
             self.procs.append(subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(), fd)))
         self.conns.append(Connection(ours.detach()))
-        self.conns[w].send_bytes(pickle.dumps(setup))
+        self._send(w, pickle.dumps(setup))
         self._reply(w)  # the worker's environments are made
+
+    def _send(self, w: int, message: bytes) -> None:
+        """``message`` to worker ``w``. Writing to a worker that died fails (a broken pipe); its reply,
+        which every send is followed by, then names the death."""
+        try:
+            self.conns[w].send_bytes(message)
+        except OSError:
+            pass
 
     def _reply(self, w: int) -> bytes:
         """Worker ``w``'s answer; :class:`EnvWorkerDied` or :class:`EnvWorkerError` where it has none."""
@@ -151,8 +159,8 @@ class SharedMemoryVec:
 
     def _call(self, message: bytes) -> list[bytes]:
         """``message`` to every worker; their replies, in worker order."""
-        for conn in self.conns:
-            conn.send_bytes(message)
+        for w in range(len(self.conns)):
+            self._send(w, message)
         return [self._reply(w) for w in range(len(self.conns))]
 
     def _read(self, name: str) -> np.ndarray:
@@ -185,8 +193,8 @@ class SharedMemoryVec:
         self.arrays["action"][:] = actions
         self.slot = 1 - self.slot
         message = b"S%d" % self.slot
-        for conn in self.conns:
-            conn.send_bytes(message)
+        for w in range(len(self.conns)):
+            self._send(w, message)
 
     def step_wait(self):
         """The results of the step :meth:`step_async` started, as :meth:`step` returns them."""
@@ -206,8 +214,8 @@ class SharedMemoryVec:
         return [state for reply in self._call(b"G") for state in pickle.loads(reply[1:])]
 
     def load_state_dict(self, states: list[dict]) -> None:
-        for conn, (lo, hi) in zip(self.conns, self.shares):
-            conn.send_bytes(b"L" + pickle.dumps(states[lo:hi]))
+        for w, (lo, hi) in enumerate(self.shares):
+            self._send(w, b"L" + pickle.dumps(states[lo:hi]))
         for w in range(len(self.conns)):
             self._reply(w)
 

@@ -83,10 +83,13 @@ def test_state_dict_round_trips_and_matches_serial():
         shared.close()
 
 
-def test_a_killed_worker_is_an_error_naming_its_environments_and_the_others_end():
+@pytest.mark.parametrize("gone", [False, True], ids=["dying", "gone"])
+def test_a_killed_worker_is_an_error_naming_its_environments_and_the_others_end(gone):
     shared = SharedMemoryVec(CARTPOLE, 4, seed=0, workers=2)
     shared.reset()
     os.kill(shared.procs[1].pid, signal.SIGKILL)
+    if gone:  # its end of the socket already closed: the step's write to it breaks
+        shared.procs[1].wait()
     with pytest.raises(EnvWorkerDied, match=r"environments 2-3 of 'CartPole-v1' died \(signal SIGKILL\)"):
         shared.step(np.zeros(4, np.int64))
     procs = shared.procs
