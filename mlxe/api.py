@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +52,7 @@ def train(
     resume: str | Path | None = None,
     progress: bool | None = None,
     pause_at_env_steps: int | None = None,
+    callbacks: Sequence[object] = (),
 ) -> TrainResult:
     """Train until a stop condition; returns the run directory and its summary.
 
@@ -61,7 +62,9 @@ def train(
     ``pause_at_env_steps``: stop once the run has this many env steps (``stop_reason`` ``paused``,
     with a checkpoint to resume from), its budget ``stop.max_env_steps``, and the learning rate and
     clip range that anneal over it, unchanged: a run trained in slices, as population-based
-    training does.
+    training does. ``callbacks``: objects told of the run's events (:mod:`mlxe.runtime.callbacks`:
+    ``on_start``, ``on_iteration``, ``on_evaluation``, ``on_checkpoint``, ``on_end``; one returning
+    False stops the run with a final checkpoint), before those of ``run.callbacks``.
     """
     from mlxe.algos.optim import NonFiniteError
     from mlxe.runtime.checkpoints import CheckpointError
@@ -80,7 +83,10 @@ def train(
             cfg = load_config(config, overrides)
         run_dir = new_run_dir(cfg)
 
-    with Trainer(cfg, run_dir, resume is not None, progress, pause_at_env_steps) as trainer, _served(cfg, trainer):
+    with (
+        Trainer(cfg, run_dir, resume is not None, progress, pause_at_env_steps, callbacks) as trainer,
+        _served(cfg, trainer),
+    ):
         try:
             with _simulators(cfg, trainer):  # closed as soon as training stops: the simulators are told at once
                 reason = _run(cfg, trainer)

@@ -385,6 +385,9 @@ class RunConfig:
     # trains (read-only, behind a token written to the run directory's service.json; port 0: any
     # free port); "PORT" alone: on the loopback address. null: not served.
     serve: str | int | None = None
+    # "package.module:Class" each: callbacks told of the run's events (mlxe.runtime.callbacks), built
+    # with no arguments, after those passed to mlxe.train(callbacks=...)
+    callbacks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -709,6 +712,9 @@ def check(cfg: Config) -> None:
     _check_gradient_workers(cfg)
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
+    for i, path in enumerate(cfg.run.callbacks):
+        if not isinstance(path, str) or not re.fullmatch(r"[\w.]+:\w+", path):
+            raise ConfigError(f"run.callbacks[{i}]: {path!r} is not allowed; expected 'package.module:Class'")
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:

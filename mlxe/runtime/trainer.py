@@ -21,11 +21,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mlxe.config import Config, save_config
 from mlxe.core import Episode
+from mlxe.runtime.callbacks import Callbacks
 from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, checkpoint_identity, load_checkpoint, run_identity
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
@@ -47,12 +48,16 @@ class Trainer:
     """Counters, stop conditions and run-directory outputs of one training run."""
 
     def __init__(
-        self, cfg: Config, run_dir: Path, resume: bool = False, progress: bool | None = None, pause_at: int | None = None
+        self, cfg: Config, run_dir: Path, resume: bool = False, progress: bool | None = None, pause_at: int | None = None,
+        callbacks: Sequence[object] = (),
     ) -> None:
         """``resume``: continue from the newest valid checkpoint in ``run_dir`` (saying which, if
         newer ones are unreadable); ``pause_at``: stop at this many env steps (reason ``paused``),
-        the run's budget and what anneals over it unchanged."""
+        the run's budget and what anneals over it unchanged; ``callbacks``: told of the run's events
+        (:mod:`mlxe.runtime.callbacks`), before those of ``run.callbacks``."""
         self.cfg = cfg
+        self.callbacks = Callbacks(callbacks, cfg.run.callbacks)
+        self.stop_asked = False  # a callback returned False
         self.pause_at = pause_at
         self.run_dir = Path(run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
@@ -110,6 +115,7 @@ class Trainer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> Trainer:
+        self._tell("on_start", self.run_dir, self.cfg)
         self.progress.__enter__()
         self._old_handlers = {}
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -204,6 +210,8 @@ class Trainer:
             started = time.monotonic()
             self.last_eval = evaluate()
             self.eval_s += time.monotonic() - started
+            self._tell("on_evaluation", {"iteration": self.iteration, "env_steps": self.env_steps,
+                                         "eval_return": self.last_eval})
             if not self.goal_saved and (self.best is None or self.last_eval > self.best["score"]):
                 self._best_due = True
         row = {
@@ -224,6 +232,11 @@ class Trainer:
         self.metrics.log(row)
         self._flush_episodes()
         self.progress.update(self.display())
+        self._tell("on_iteration", dict(row))
+
+    def _tell(self, event: str, *args) -> None:
+        if not self.callbacks.tell(event, *args):
+            self.stop_asked = True
 
     def _flush_episodes(self) -> None:
         if self._episode_rows:
@@ -252,6 +265,8 @@ class Trainer:
         reason = None
         if self.interrupted:
             reason = "interrupted"
+        elif self.stop_asked:
+            reason = "callback"
         elif self.goal_reached:
             reason = "goal_episode_length"
         elif s.eval_return is not None and self.last_eval is not None and self.last_eval >= s.eval_return:
@@ -306,6 +321,7 @@ class Trainer:
     def save(self, roles: dict) -> None:
         """Write ``last.pt``: the counters plus ``roles`` (learner, weights, executors states)."""
         self.checkpoints.save_last(self._checkpoint(roles), self.iteration)
+        self._tell("on_checkpoint", self.checkpoint_path)
 
     def save_best(self, roles: dict, kind: str, score: float) -> None:
         """Write ``best.pt`` (a whole checkpoint: it can be evaluated or resumed from)."""
@@ -313,6 +329,7 @@ class Trainer:
         self.goal_saved = kind == "goal_episode"
         self._best_due = False
         self.checkpoints.save_best(self._checkpoint(roles))
+        self._tell("on_checkpoint", self.best_path)
 
     def _checkpoint(self, roles: dict) -> dict:
         return {
@@ -374,6 +391,7 @@ class Trainer:
             )
             if self.cfg.selfplay.snapshot_every:
                 self._plot_rating()
+        self._tell("on_end", summary)
         return summary
 
     def _plot_rating(self) -> None:
