@@ -256,6 +256,18 @@ class AlgoConfig:
             check_positive("algo.max_grad_norm", self.max_grad_norm)
 
 
+def import_object(path: str, key: str) -> Any:
+    """What ``path`` ("package.module:Name") names: a class or function a config key gives by its
+    dotted path; a ConfigError naming ``key`` where it does not import."""
+    import importlib
+
+    module_name, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{key}: cannot load {path!r} (expected 'package.module:Name'): {exc}") from exc
+
+
 def check_positive(key: str, value: float | None) -> None:
     """A :class:`ConfigError` naming ``key`` unless ``value`` is None or > 0 (NaN is not)."""
     if value is not None and not value > 0:

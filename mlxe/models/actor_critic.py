@@ -46,7 +46,7 @@ from numbers import Integral
 
 import numpy as np
 
-from mlxe.config import ConfigError, ModelConfig, check_model_reads
+from mlxe.config import ConfigError, ModelConfig, check_model_reads, import_object
 from mlxe.models.noisy import NumpyNoisyLinear
 
 MIN_STD = 1e-4  # softplus std floor: keeps log std and 1/std finite
@@ -394,17 +394,10 @@ def _custom_encoder_sizes(spec: NetSpec) -> tuple[int, int]:
 def load_custom(spec: NetSpec, key: str = "custom"):
     """``Class(spec)`` of ``spec.<key>`` ("package.module:Class": ``custom``, the whole network, or
     ``custom_encoder``), a ``torch.nn.Module``; a ConfigError naming ``model.<key>``."""
-    import importlib
-
     from torch import nn
 
     path = getattr(spec, key)
-    module_name, _, class_name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"model.{key}: cannot load {path!r} (expected 'package.module:Class'): {exc}") from exc
-    module = cls(spec)
+    module = import_object(path, f"model.{key}")(spec)
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model.{key}: {path!r} built a {type(module).__name__}, not a torch.nn.Module")
     return module

@@ -18,11 +18,10 @@ Callbacks come from Python (``mlxe.train(config, callbacks=[...])``) or from the
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from mlxe.config import Config, ConfigError
+from mlxe.config import Config, ConfigError, import_object
 
 EVENTS = ("on_start", "on_iteration", "on_evaluation", "on_checkpoint", "on_end")
 
@@ -69,9 +68,4 @@ class Callbacks:
 
 def load_callback(path: str, i: int) -> object:
     """``Class()`` of ``path`` ("package.module:Class"); a ConfigError naming ``run.callbacks[i]``."""
-    module_name, _, class_name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"run.callbacks[{i}]: cannot load {path!r} (expected 'package.module:Class'): {exc}") from exc
-    return cls()
+    return import_object(path, f"run.callbacks[{i}]")()
