@@ -256,6 +256,12 @@ class AlgoConfig:
             check_positive("algo.max_grad_norm", self.max_grad_norm)
 
 
+def check_dotted(key: str, path: object, kind: str = "Class") -> None:
+    """A ConfigError naming ``key`` unless ``path`` has the form "package.module:Name" (``kind``: what Name is)."""
+    if not isinstance(path, str) or not re.fullmatch(r"[\w.]+:\w+", path):
+        raise ConfigError(f"{key}: {path!r} is not allowed; expected 'package.module:{kind}'")
+
+
 def import_object(path: str, key: str) -> Any:
     """What ``path`` ("package.module:Name") names: a class or function a config key gives by its
     dotted path; a ConfigError naming ``key`` where it does not import."""
@@ -725,8 +731,7 @@ def check(cfg: Config) -> None:
     _check_memorizer_process(cfg)
     _check_memorizer_ray(cfg)
     for i, path in enumerate(cfg.run.callbacks):
-        if not isinstance(path, str) or not re.fullmatch(r"[\w.]+:\w+", path):
-            raise ConfigError(f"run.callbacks[{i}]: {path!r} is not allowed; expected 'package.module:Class'")
+        check_dotted(f"run.callbacks[{i}]", path)
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:
@@ -986,8 +991,7 @@ def _check_policies(cfg: Config) -> None:
         if policy.rule is not None:
             if policy.algo or policy.model:
                 raise ConfigError(f"policies.{name}.rule: a rule policy is never trained; remove its algo and model keys")
-            if not re.fullmatch(r"[\w.]+:\w+", policy.rule):
-                raise ConfigError(f"policies.{name}.rule: {policy.rule!r} is not allowed; expected 'package.module:function'")
+            check_dotted(f"policies.{name}.rule", policy.rule, "function")
             continue
 
 
@@ -1023,8 +1027,8 @@ def _check_model(m: ModelConfig) -> None:
     if m.obs_scale is not None and not 0 < m.obs_scale < math.inf:
         raise ConfigError(f"model.obs_scale: {m.obs_scale!r} is not allowed; expected a finite value > 0, or null")
     for key in ("custom", "custom_encoder"):
-        if getattr(m, key) is not None and not re.fullmatch(r"[\w.]+:\w+", getattr(m, key)):
-            raise ConfigError(f"model.{key}: {getattr(m, key)!r} is not allowed; expected 'package.module:Class'")
+        if getattr(m, key) is not None:
+            check_dotted(f"model.{key}", getattr(m, key))
     if m.custom is not None and m.custom_encoder is not None:
         raise ConfigError("model.custom_encoder: a model.custom module replaces the whole network, encoder included; "
                           "give one of the two")

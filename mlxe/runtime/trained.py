@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ class TrainedPolicy:
     def recurrent(self) -> bool:
         return self.spec.recurrent
 
-    @property
+    @cached_property  # read by every predict call
     def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Box actions' [A] (a hybrid action row's [K + D]) low and high; None without Box values."""
         spec = self.spec
