@@ -2,14 +2,14 @@
 core, and a Learner, whose algorithm turns their segments into training data and learns.
 
 The public API (imported lazily so that ``import mlxe`` and ``mlxe --help`` stay instant):
-``mlxe.train``, ``mlxe.evaluate``, ``mlxe.load`` (a trained policy: ``predict(obs)``),
-``mlxe.load_config``, ``mlxe.Config``.
+``mlxe.train``, ``mlxe.evaluate``, ``mlxe.load`` (a trained policy: ``predict(obs)``), ``mlxe.export``
+(its greedy policy as an ONNX or TorchScript file), ``mlxe.load_config``, ``mlxe.Config``.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["train", "evaluate", "load", "load_config", "Config", "ConfigError", "__version__"]
+__all__ = ["train", "evaluate", "load", "export", "load_config", "Config", "ConfigError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -21,6 +21,10 @@ def __getattr__(name: str):
         from mlxe.runtime.trained import load_policy
 
         return load_policy
+    if name == "export":
+        from mlxe.runtime.export import export_policy
+
+        return export_policy
     if name == "load_config":
         from mlxe.loading import load_config
 

@@ -175,6 +175,18 @@ def _serve_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from mlxe.runtime.export import ExportError, export_policy
+
+    try:
+        out = export_policy(args.source, args.format, args.out, last=args.last)
+    except ExportError as e:  # nothing was written
+        print(f"mlxe export: {e}", file=sys.stderr)
+        return 1
+    print(f"written {out} and {out.with_suffix('.json')} (greedy actions, checked against predict)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mlxe",
@@ -229,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", action="store_true", help="serve last.pt instead of best.pt")
     p.add_argument("--sample", action="store_true", help="sample actions from the policy instead of acting greedily")
     p.set_defaults(func=_serve_policy)
+
+    p = sub.add_parser("export", help="write a trained policy as one ONNX or TorchScript file (greedy actions)")
+    p.add_argument("source", help="run directory (its best.pt; --last: its last.pt) or checkpoint file")
+    p.add_argument("--format", default="onnx", help="onnx (needs mlxe[onnx]) or torchscript (default onnx)")
+    p.add_argument("--out", default=None, metavar="FILE", help="where to write it (default RUN/export/policy.onnx or .pt)")
+    p.add_argument("--last", action="store_true", help="a run directory's last.pt instead of its best.pt")
+    p.set_defaults(func=_export)
 
     # the tools beside the library register their own subcommands
     from mlxe.tools import tune

@@ -44,7 +44,7 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import Greedy, make_exploration
 from mlxe.memory.episodes import EpisodeMemory
 from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
-from mlxe.models.network import acting_network
+from mlxe.models.network import acting_network, frozen_network
 from mlxe.ops.distributions import categorical
 from mlxe.ops.sampling import softmax
 
@@ -147,6 +147,13 @@ class A3CPolicy:
         self.net.load(weights)
         if self.noisy:
             self.net.reset_noise(self.rng)  # NoisyNet exploration: new noise with every version
+
+    def greedy_module(self):
+        """The greedy actions as a torch module of its own (:class:`~mlxe.models.torch_modules.GreedyActorCritic`
+        over a copy of the weights): what ``mlxe export`` writes."""
+        from mlxe.models.torch_modules import GreedyActorCritic
+
+        return GreedyActorCritic(frozen_network(self.spec, self.weights))
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "exploration": self.exploration.state_dict()}

@@ -41,7 +41,7 @@ from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.exploration import make_action_noise
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights
-from mlxe.models.network import acting_actor
+from mlxe.models.network import acting_actor, frozen_actor
 from mlxe.models.off_policy import actor_params, check_spec
 from mlxe.ops.augment import random_shift
 
@@ -144,6 +144,7 @@ class ActorPolicy:
     def __init__(self, cfg, spec: NetSpec, seed: int, outputs: int, executors: int = 1) -> None:
         check_spec(spec, cfg.algo.name, cfg.algo.image_shift)
         self.algo, self.executors = cfg.algo, executors
+        self.spec, self.outputs = spec, outputs
         self.weights = np.zeros(actor_params(spec, outputs), np.float32)
         self.actor = acting_actor(spec, outputs, self.weights)
         self.center, self.scale = spec.action_center_scale()
@@ -175,6 +176,14 @@ class ActorPolicy:
 
     def to_env(self, action: np.ndarray) -> np.ndarray:
         return (self.center + self.scale * action).astype(np.float32)
+
+    def greedy_module(self):
+        """The greedy actions as a torch module of its own (:class:`~mlxe.models.torch_modules.GreedyActor`
+        over a copy of the actor's weights): what ``mlxe export`` writes."""
+        from mlxe.models.torch_modules import GreedyActor
+
+        actor = frozen_actor(self.spec, self.outputs, self.weights)
+        return GreedyActor(actor, self.n_actions, self.center, self.scale)
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "steps": self.steps}

@@ -62,7 +62,7 @@ from mlxe.config import MAX_ROWS, AlgoConfig, ConfigError, check_at_most, check_
 from mlxe.core import Algorithm, Field, Handout, State
 from mlxe.memory.transitions import TransitionReplay, replay_share
 from mlxe.models.actor_critic import NetSpec, flat_weights, require_one_categorical
-from mlxe.models.network import acting_network
+from mlxe.models.network import acting_network, frozen_network
 from mlxe.ops.distributions import MultiCategorical, masked
 from mlxe.ops.sampling import log_softmax, mask_logits, sample_categorical
 
@@ -187,6 +187,24 @@ def expected_q(algo: Config, atoms):
     return (torch.softmax(atoms, -1) * torch.as_tensor(support(algo), device=atoms.device)).sum(-1)
 
 
+def q_branches(algo: Config, spec: NetSpec, head, value) -> list:
+    """Each branch's Q [B, n_d] (torch) from the Q network's output (``head`` [B, head_size] or its
+    :class:`MultiCategorical`, ``value`` [B] or a distributional head's [B, atoms]): one branch of all
+    actions for a Discrete space; a distributional head's Q is its atoms' expectation."""
+    if isinstance(head, MultiCategorical):
+        head = head.logits
+    if spec.atoms > 1:
+        return [expected_q(algo, dueling_atoms(algo, spec, head, value))]
+    parts = head.split(list(spec.action_nvec), dim=1) if spec.factorized else (head,)
+    return [value[:, None] + a - a.mean(dim=1, keepdim=True) if algo.dueling else a for a in parts]
+
+
+def dueling_atoms(algo: Config, spec: NetSpec, head, value):
+    """A distributional head's atoms [B, A, atoms] (torch; dueling: V + A - mean_a A per atom)."""
+    atoms = head.unflatten(1, (spec.n_actions, spec.atoms))
+    return value[:, None] + atoms - atoms.mean(dim=1, keepdim=True) if algo.dueling else atoms
+
+
 def dueling_numpy(advantage: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Q [B, A] = V [B] + A [B, A] - mean_a A."""
     return value[:, None] + advantage - advantage.mean(axis=1, keepdims=True)
@@ -268,6 +286,16 @@ class QPolicy:
         if state is None:
             return action, {}, None
         return action, {f"state.{k}": v for k, v in state.items()}, next_state
+
+    def greedy_module(self):
+        """The greedy actions as a torch module of its own (:class:`~mlxe.models.torch_modules.GreedyQ`
+        over a copy of the weights and :func:`q_branches`): what ``mlxe export`` writes."""
+        from functools import partial
+
+        from mlxe.models.torch_modules import GreedyQ
+
+        spec = self.net.spec
+        return GreedyQ(frozen_network(spec, self.weights), partial(q_branches, self.algo, spec), spec.factorized)
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state, "steps": self.steps}
@@ -356,17 +384,11 @@ class DQN(Algorithm):
     def branches(self, model, obs):
         """Each branch's Q(obs, .) [B, n_d] of ``model`` (online or target), as tensors: one branch of
         all actions for a Discrete space."""
-        head, value = model(obs)
-        if isinstance(head, MultiCategorical):
-            head = head.logits
-        parts = head.split(list(self.spec.action_nvec), dim=1) if self.spec.factorized else (head,)
-        return [value[:, None] + a - a.mean(dim=1, keepdim=True) if self.algo.dueling else a for a in parts]
+        return q_branches(self.algo, self.spec, *model(obs))
 
     def atoms(self, model, obs):
         """A distributional head's atoms [B, A, atoms] of ``model`` (dueling: V + A - mean_a A per atom)."""
-        head, value = model(obs)
-        atoms = head.unflatten(1, (self.spec.n_actions, self.spec.atoms))
-        return value[:, None] + atoms - atoms.mean(dim=1, keepdim=True) if self.algo.dueling else atoms
+        return dueling_atoms(self.algo, self.spec, *model(obs))
 
     def loss(self, batch: dict):
         """Huber loss of Q(s, a) against the (double) n-step target, weighted by ``weight`` if given;

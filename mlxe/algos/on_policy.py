@@ -40,7 +40,7 @@ from mlxe.config import AlgoConfig, ConfigError
 from mlxe.core import Algorithm, Field, Handout, Segment, State
 from mlxe.memory.segments import IterationSegments
 from mlxe.models.actor_critic import NetSpec, share_flat
-from mlxe.models.network import acting_network
+from mlxe.models.network import acting_network, frozen_network
 from mlxe.ops.distributions import map_policy, masked
 from mlxe.ops.returns import gae
 from mlxe.ops.sampling import (
@@ -152,6 +152,13 @@ class ActorCriticPolicy:
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+    def greedy_module(self):
+        """The greedy actions as a torch module of its own (:class:`~mlxe.models.torch_modules.GreedyActorCritic`
+        over a copy of the weights): what ``mlxe export`` writes."""
+        from mlxe.models.torch_modules import GreedyActorCritic
+
+        return GreedyActorCritic(frozen_network(self.spec, self.weights))
 
 
 # --------------------------------------------------------------------------- targets

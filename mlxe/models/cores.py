@@ -49,3 +49,12 @@ class RecurrentCore(nn.Module):
             outputs.append(out)
         final = {"h": h[0], "c": c[0]} if self.lstm else {"h": h[0]}
         return torch.cat(outputs) if len(outputs) > 1 else outputs[0], final
+
+    def step(self, x: torch.Tensor, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One step, ``x`` [B, F] from ``state`` -> (outputs [B, core_size], the next state): what acting
+        runs, without :meth:`forward`'s search for episode starts (which an exported graph cannot hold)."""
+        if self.lstm:
+            out, (h, c) = self.rnn(x[None], (state["h"][None], state["c"][None]))
+            return out[0], {"h": h[0], "c": c[0]}
+        out, h = self.rnn(x[None], state["h"][None])
+        return out[0], {"h": h[0]}

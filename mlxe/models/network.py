@@ -39,3 +39,32 @@ def acting_actor(spec: NetSpec, outputs: int, flat: np.ndarray):
     from mlxe.models.torch_modules import FlatActor
 
     return FlatActor(spec, outputs, flat)
+
+
+
+def frozen_network(spec: NetSpec, flat: np.ndarray):
+    """The torch module of ``spec`` with a copy of the flat weights ``flat`` [P], without gradients
+    and in eval mode: a module of its own, for a graph to be exported (:mod:`mlxe.runtime.export`)."""
+    from mlxe.models.torch_modules import ActorCritic
+
+    return _frozen(lambda: ActorCritic(spec), flat)
+
+
+def frozen_actor(spec: NetSpec, outputs: int, flat: np.ndarray):
+    """:func:`frozen_network` for the off-policy actor (:class:`mlxe.models.torch_modules.Actor`)."""
+    from mlxe.models.torch_modules import Actor
+
+    return _frozen(lambda: Actor(spec, outputs), flat)
+
+
+def _frozen(build, flat: np.ndarray):
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the initial values are overwritten: leave the caller's generator as it was
+        module = build()
+    params = list(module.parameters())
+    size = sum(p.numel() for p in params)
+    if flat.shape != (size,):
+        raise ValueError(f"weight vector has shape {flat.shape}, the network needs ({size},)")
+    torch.nn.utils.vector_to_parameters(torch.tensor(flat), params)  # the flat layout is parameters() order
+    return module.requires_grad_(False).eval()

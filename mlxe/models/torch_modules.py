@@ -23,7 +23,7 @@ from mlxe.models.cores import RecurrentCore
 from mlxe.models.encoders import ACTIVATIONS, make_encoder
 from mlxe.models.noisy import SIGMA0, factorized_noise
 from mlxe.models.off_policy import actor_params, actor_shapes, critic_shapes
-from mlxe.ops.distributions import Hybrid, MultiCategorical
+from mlxe.ops.distributions import MASKED_LOGIT, Hybrid, MultiCategorical, masked, mode
 
 
 class NoisyLinear(nn.Module):
@@ -181,6 +181,12 @@ class ActorCritic(nn.Module):
         head, value = self.policy(h), self.value_of(h)
         return self.distribution(head), value, state
 
+    def step(self, obs: torch.Tensor, state: dict[str, torch.Tensor]):
+        """One step of a recurrent network: ``obs`` [B, *obs] from ``state`` -> (policy, value [B], the
+        next state), as :meth:`sequence` gives them for one step without resets."""
+        h, state = self.core.step(self.trunk(self.encoder(obs)), state)
+        return self.distribution(self.policy(h)), self.value_of(h), state
+
     def distribution(self, head: torch.Tensor):
         """The policy head's output [*lead, head_size] as :func:`mlxe.ops.distributions.log_prob_entropy`
         reads it: the logits (Discrete), (mean, std) (Box), a :class:`MultiCategorical` (factorized) or a
@@ -199,6 +205,64 @@ class ActorCritic(nn.Module):
         if self.spec.std == "softplus":
             return mean, F.softplus(out[..., n:]) + MIN_STD
         return mean, self.log_std.weight.exp().expand_as(mean)
+
+
+class GreedyActorCritic(nn.Module):
+    """The greedy actions of an :class:`ActorCritic` ``net`` (frozen, NoisyNet noise off): the mode of
+    its policy head, masked: ``forward(obs [B, *obs], mask [B, A] bool or None, state {name: [B,
+    core_size]} or None) -> (actions, the next state or None)``, actions as the head's kind gives
+    them (:func:`mlxe.ops.distributions.mode`)."""
+
+    def __init__(self, net: ActorCritic) -> None:
+        super().__init__()
+        self.net = net
+        net.set_noise(False)
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None, state: dict[str, torch.Tensor] | None = None):
+        if state is not None:
+            policy, _, state = self.net.step(obs, state)
+        else:
+            policy, _ = self.net(obs)
+        return mode(masked(policy, mask)), state
+
+
+class GreedyQ(nn.Module):
+    """The greedy actions of a Q network ``net`` (frozen, NoisyNet noise off): in each branch the legal
+    action of the highest Q, ``q_branches(head, value)`` giving the branches' Q [B, n_d]:
+    ``forward(obs, mask [B, sum n_d] bool or None, state or None) -> (actions [B] int64, or [B, K] with
+    ``factorized`` branches, the next state or None)``."""
+
+    def __init__(self, net: ActorCritic, q_branches, factorized: bool) -> None:
+        super().__init__()
+        self.net, self.q_branches, self.factorized = net, q_branches, factorized
+        net.set_noise(False)
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None, state: dict[str, torch.Tensor] | None = None):
+        if state is not None:
+            head, value, state = self.net.step(obs, state)
+        else:
+            head, value = self.net(obs)
+        branches = self.q_branches(head, value)
+        if mask is not None:
+            legal = mask.split([q.shape[1] for q in branches], dim=1)
+            branches = [q.masked_fill(~m, MASKED_LOGIT) for q, m in zip(branches, legal)]
+        best = torch.stack([q.argmax(1) for q in branches], dim=1)
+        return (best if self.factorized else best[:, 0]), state
+
+
+class GreedyActor(nn.Module):
+    """The off-policy actor's greedy action in the environment's Box: ``center + scale * tanh(u)`` of the
+    actor's first A outputs u (SAC's Gaussian mean): ``forward(obs, mask=None, state=None) -> (actions
+    [B, A] float32, None)``."""
+
+    def __init__(self, actor: Actor, n_actions: int, center: np.ndarray, scale: np.ndarray) -> None:
+        super().__init__()
+        self.actor, self.n_actions = actor, n_actions
+        self.register_buffer("center", torch.as_tensor(center, dtype=torch.float32))
+        self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None, state: dict[str, torch.Tensor] | None = None):
+        return self.center + self.scale * torch.tanh(self.actor(obs)[:, : self.n_actions]), None
 
 
 class Actor(nn.Module):
@@ -338,13 +402,8 @@ class FlatActorCritic(FlatModule):
         """One step of a recurrent network: ``obs [B, *obs_shape]``, ``state`` {name: [B, core_size]} ->
         (policy, value [B], the next state), NumPy float32."""
         with torch.inference_mode():
-            x = self._tensor(obs)[None]
-            policy, value, state = self.module.sequence(
-                x, {k: self._tensor(v) for k, v in state.items()}, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
-            )
-        policy = as_arrays(policy)
-        policy = tuple(self._numpy(p[0]) for p in policy) if isinstance(policy, tuple) else self._numpy(policy[0])
-        return policy, self._numpy(value[0]), {k: self._numpy(v) for k, v in state.items()}
+            policy, value, state = self.module.step(self._tensor(obs), {k: self._tensor(v) for k, v in state.items()})
+        return self._policy(policy), self._numpy(value), {k: self._numpy(v) for k, v in state.items()}
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The raw policy-head output [B, head_size]."""

@@ -87,6 +87,24 @@ def masked(policy, mask):
     return map_policy(lambda logits: logits.masked_fill(~mask, MASKED_LOGIT), policy)
 
 
+def mode(policy):
+    """The most likely action of a policy head's output (what greedy acting plays): argmax [*B]
+    int64 of logits, the mean [*B, A] of a Gaussian, each part's argmax [*B, K] int64 of a
+    :class:`MultiCategorical`, and both, [*B, K + D] float32, of a :class:`Hybrid`."""
+    import torch
+
+    if isinstance(policy, tuple):
+        return policy[0]
+    if isinstance(policy, MultiCategorical):
+        parts = policy.parts()
+        if isinstance(parts, (list, tuple)):
+            return torch.stack([logits.argmax(-1) for logits in parts], dim=-1)
+        return parts.argmax(-1)
+    if isinstance(policy, Hybrid):
+        return torch.cat([mode(policy.categorical).to(policy.mean.dtype), policy.mean], dim=-1)
+    return policy.argmax(-1)
+
+
 def categorical(logits, action):
     """``logits`` [*B, A], ``action`` [*B] -> (log pi(a|s) [*B], entropy H(pi(.|s)) [*B])."""
     import torch.nn.functional as F

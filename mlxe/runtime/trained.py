@@ -20,6 +20,7 @@ import numpy as np
 
 from mlxe.config import Config, ConfigError
 from mlxe.core import Policy, State
+from mlxe.envs.filters import Filters
 from mlxe.models.actor_critic import NetSpec
 
 
@@ -31,7 +32,11 @@ class TrainedPolicy:
     spec: NetSpec
     config: Config
     checkpoint: Path
-    normalize_obs: Callable[[np.ndarray], np.ndarray]  # obs [B, *obs] as the policy was trained to see them
+    filters: Filters  # the run's observation filter with the checkpoint's statistics
+
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """obs [B, *obs] as the policy was trained to see them."""
+        return self.filters.normalize_obs(obs)
 
     @property
     def recurrent(self) -> bool:
@@ -87,7 +92,8 @@ class TrainedPolicy:
             if starts.shape != (len(batch),):
                 raise ValueError(f"predict: episode_start of shape {np.shape(episode_start)}; expected [{len(batch)}]")
             state = reset_state(state, starts, self.policy)
-        actions, _, state = self.policy.act(self.normalize_obs(batch), state, greedy=deterministic, mask=mask)
+        masks = {} if mask is None else {"mask": mask}  # only algorithms that act with masks take them
+        actions, _, state = self.policy.act(self.normalize_obs(batch), state, greedy=deterministic, **masks)
         if self.bounds is not None:  # what the run's own environments step with
             actions = np.clip(actions, *self.bounds)
         return (actions[0] if single else actions), state
@@ -117,7 +123,6 @@ def load_policy(
     has no ``best.pt``) or a checkpoint file in a run's ``checkpoints/``, loaded as ``mlxe eval`` loads
     it. A ConfigError names the path where it is not a run's, and for a multi-agent run. ``check(run_dir,
     config)``: a caller's refusal of a run it cannot act for, before anything else is read."""
-    from mlxe.envs.filters import Filters
     from mlxe.loading import load_run_config
     from mlxe.policies.manager import algorithm_class
     from mlxe.runtime.checkpoints import check_finite_weights, checkpoint_file, load_checkpoint, run_identity
@@ -149,4 +154,4 @@ def load_policy(
         policy.load_state_dict(exploration)
     filters = Filters(config.filters, config.algo.gamma, spec)  # the observation statistics the policy was trained with
     filters.load_state_dict(state.get("filters") or {})
-    return TrainedPolicy(policy, spec, config, path, filters.normalize_obs)
+    return TrainedPolicy(policy, spec, config, path, filters)
