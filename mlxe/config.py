@@ -409,6 +409,25 @@ class RunConfig:
 
 
 @dataclass
+class TrackConfig:
+    """An experiment tracker the run logs to (:mod:`mlxe.runtime.trackers`), told of the run's events
+    after its callbacks: the config as parameters, the ``metrics.csv`` rows and evaluations at their
+    env steps, the summary, and ``config.yaml``, ``best.pt`` (else ``last.pt``) and any ``*.mp4`` of
+    the run directory as artifacts. A key the chosen backend does not read is an error naming it."""
+
+    # "mlflow" (pip install 'mlxe[mlflow]') or "wandb", Weights & Biases (pip install 'mlxe[wandb]')
+    backend: Literal["none", "mlflow", "wandb"] = "none"
+    # mlflow: the tracking URI ("sqlite:///mlflow.db", "http://host:5000", "databricks"); null: MLflow's
+    # own default (MLFLOW_TRACKING_URI, else ./mlflow.db with the artifacts in ./mlruns)
+    uri: str | None = None
+    experiment: str = "mlxe"  # MLflow's experiment, or W&B's project (the entity: WANDB_ENTITY or the account's)
+    # wandb: "offline" (written locally; upload with `wandb sync`), "online" (needs `wandb login`) or
+    # "disabled" (nothing written)
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    dir: str | None = None  # wandb: the folder W&B writes its files under; null: the run directory
+
+
+@dataclass
 class RayConfig:
     """The Ray backend (``backend: ray``): where the cluster is, where Executors go, which schedule.
 
@@ -520,6 +539,7 @@ class Config:
     agent_to_policy: dict[str, str] = field(default_factory=dict)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
@@ -732,12 +752,40 @@ def check(cfg: Config) -> None:
     _check_memorizer_ray(cfg)
     for i, path in enumerate(cfg.run.callbacks):
         check_dotted(f"run.callbacks[{i}]", path)
+    _check_track(cfg.track)
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:
             raise ConfigError(
                 f"run.serve: {cfg.run.serve!r} is not allowed; expected 'HOST:PORT' (e.g. 127.0.0.1:8765), 'PORT' or null"
             )
+
+
+# the track keys each backend reads (mlxe.runtime.trackers)
+TRACK_KEYS = {
+    "none": (),
+    "mlflow": ("backend", "uri", "experiment"),
+    "wandb": ("backend", "experiment", "mode", "dir"),
+}
+WANDB_REFUSED = "/\\#?%:"  # characters W&B refuses in a project's name
+
+
+def _check_track(t: TrackConfig) -> None:
+    """Names the backend reads, and no key that it would not: a changed ``track`` key that the chosen
+    backend ignores is an error naming it."""
+    for key in changed_keys(to_dict(t), dataclasses.asdict(TrackConfig()), "track"):
+        if key.removeprefix("track.") not in TRACK_KEYS[t.backend]:
+            readers = " or ".join(repr(b) for b, keys in TRACK_KEYS.items() if key.removeprefix("track.") in keys)
+            raise ConfigError(
+                f"{key}: not read with track.backend {t.backend!r}; it is a setting of track.backend {readers}: remove it"
+            )
+    if not t.experiment.strip() or (t.backend == "wandb" and any(c in WANDB_REFUSED for c in t.experiment)):
+        refused = f" without any of {WANDB_REFUSED!r} (a W&B project's name)" if t.backend == "wandb" else ""
+        raise ConfigError(f"track.experiment: {t.experiment!r} is not allowed; expected a non-empty name{refused}")
+    for key in ("uri", "dir"):
+        value = getattr(t, key)
+        if value is not None and not value.strip():
+            raise ConfigError(f"track.{key}: {value!r} is not allowed; expected a non-empty string or null")
 
 
 TWO_PLAYER_GAME = "mlxe.envs.turns:AgainstOpponent"  # a two-player game, one seat the learner's

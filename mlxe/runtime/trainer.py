@@ -28,6 +28,7 @@ from mlxe.config import Config, save_config
 from mlxe.core import Episode
 from mlxe.runtime.callbacks import Callbacks
 from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, checkpoint_identity, load_checkpoint, run_identity
+from mlxe.runtime.trackers import make_tracker
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
 from mlxe.telemetry.stats import EpisodeStats
@@ -57,6 +58,8 @@ class Trainer:
         (:mod:`mlxe.runtime.callbacks`), before those of ``run.callbacks``."""
         self.cfg = cfg
         self.callbacks = Callbacks(callbacks, cfg.run.callbacks)
+        if cfg.track.backend != "none":  # last: it uploads what the other callbacks wrote by on_end
+            self.callbacks.callbacks.append(make_tracker(cfg.track))
         self.stop_asked = False  # a callback returned False
         self.pause_at = pause_at
         self.run_dir = Path(run_dir)

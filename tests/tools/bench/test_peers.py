@@ -66,7 +66,9 @@ def test_the_predict_benchmark_times_loaded_runs_beside_sb3(tmp_path):
     path = predict.bench_predict(batches=(1, 4), calls=3, rounds=1, sb3_python=python, out_dir=tmp_path / "out")
     rows = [line.split(" | ") for line in path.read_text().splitlines() if line.startswith(("| mlp", "| cnn"))]
     assert [(r[0], r[1]) for r in rows] == [("| mlp", "1"), ("| mlp", "4"), ("| cnn", "1"), ("| cnn", "4")]
-    for row in rows:  # MLxE's time, SB3's, their ratio
+    for row in rows:  # MLxE's time, SB3's, their ratio, then ONNX Runtime's and its ratio to MLxE's
         ours = float(row[2].replace(",", ""))
-        assert ours > 0 and row[3] == "100.0" and float(row[4].rstrip(" |")) == pytest.approx(ours / 100, abs=0.01)
+        assert ours > 0 and row[3] == "100.0" and float(row[4]) == pytest.approx(ours / 100, abs=0.01)
+        onnx = float(row[5].replace(",", ""))
+        assert onnx > 0 and float(row[6].rstrip(" |")) == pytest.approx(onnx / ours, abs=0.01)
     assert "--batches=1,4" in log.read_text() and "--threads=1" in log.read_text()
