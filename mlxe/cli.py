@@ -187,6 +187,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record(args: argparse.Namespace) -> int:
+    from mlxe.runtime.record import record_dataset
+
+    result = record_dataset(args.source, args.out, args.episodes, policy=args.policy, epsilon=args.epsilon,
+                            seed=args.seed, last=args.last, root=args.root)
+    print(f"written the Minari dataset {result['dataset']} at {result['path']}: {result['episodes']} episodes, "
+          f"{result['steps']} steps, mean return {result['mean_return']:.2f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mlxe",
@@ -248,6 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="FILE", help="where to write it (default RUN/export/policy.onnx or .pt)")
     p.add_argument("--last", action="store_true", help="a run directory's last.pt instead of its best.pt")
     p.set_defaults(func=_export)
+
+    p = sub.add_parser("record", help="write episodes of a trained policy as a Minari dataset (offline RL)")
+    p.add_argument("source", help="run directory (its best.pt; --last: its last.pt) or checkpoint file")
+    p.add_argument("--out", required=True, metavar="DATASET_ID", help="the dataset's Minari id, e.g. cartpole/expert-v0")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--policy", default="greedy", help="greedy (default), sample (from the policy) or random")
+    p.add_argument("--epsilon", type=float, default=0.0, help="a uniform random action at this rate per step")
+    p.add_argument("--seed", type=int, default=0, help="episode i resets with seed + i")
+    p.add_argument("--root", default=None, help="Minari's datasets folder (default MINARI_DATASETS_PATH, else ~/.minari/datasets)")
+    p.add_argument("--last", action="store_true", help="a run directory's last.pt instead of its best.pt")
+    p.set_defaults(func=_record)
 
     # the tools beside the library register their own subcommands
     from mlxe.tools import tune
