@@ -2,18 +2,18 @@
 core, and a Learner, whose algorithm turns their segments into training data and learns.
 
 The public API (imported lazily so that ``import mlxe`` and ``mlxe --help`` stay instant):
-``mlxe.train``, ``mlxe.evaluate``, ``mlxe.load`` (a trained policy: ``predict(obs)``), ``mlxe.export``
+``mlxe.train``, ``mlxe.Agent`` (a run trained in slices: ``learn(steps)``), ``mlxe.evaluate``, ``mlxe.load`` (a trained policy: ``predict(obs)``), ``mlxe.export``
 (its greedy policy as an ONNX or TorchScript file), ``mlxe.load_config``, ``mlxe.Config``.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["train", "evaluate", "load", "export", "load_config", "Config", "ConfigError", "__version__"]
+__all__ = ["train", "Agent", "evaluate", "load", "export", "load_config", "Config", "ConfigError", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("train", "evaluate"):
+    if name in ("train", "Agent", "evaluate"):
         from mlxe import api
 
         return getattr(api, name)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import errno
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -119,6 +120,58 @@ def train(
                 evaluation = evaluate(trainer.best_path, episodes=cfg.run.eval_after, config=cfg)
         summary = trainer.summary(reason, evaluation=evaluation, evaluation_last=evaluation_last)
     return TrainResult(run_dir, summary)
+
+
+class Agent:
+    """One run trained from Python in slices, as Stable-Baselines3's ``model.learn`` is called:
+    ``agent = mlxe.Agent("configs/zoo/ppo/CartPole-v1.yaml")``, then ``agent.learn(10_000)`` as often
+    as wanted, and ``agent.predict(obs)`` between slices.
+
+    Each :meth:`learn` continues the same run directory from its last checkpoint (``mlxe.train``
+    with ``resume`` and ``pause_at_env_steps``): the run's step budget ``stop.max_env_steps``, and
+    what anneals over it, stay the config's, and a run that met a stop condition (its budget, its
+    goal) stays stopped. ``run_dir``: continue that run instead of starting one from ``config``.
+    """
+
+    def __init__(self, config: Config | str | Path | None = None, overrides: list[str] | None = None,
+                 run_dir: str | Path | None = None) -> None:
+        if (config is None) == (run_dir is None):
+            raise ConfigError("mlxe.Agent: give a config (a new run) or a run_dir (one to continue), not both")
+        self.config, self.overrides = config, overrides
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.summary: dict = {}
+        self._policy = None
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps trained so far."""
+        if not self.summary and self.run_dir is not None and (self.run_dir / "summary.json").is_file():
+            self.summary = json.loads((self.run_dir / "summary.json").read_text())
+        return int(self.summary.get("env_steps", 0))
+
+    def learn(self, steps: int, callbacks: Sequence[object] = (), progress: bool | None = None) -> TrainResult:
+        """Train ``steps`` more env steps (up to the iteration that crosses them); ``callbacks`` as
+        :func:`train` takes them, for this slice. Returns the slice's result; its ``summary["stop_reason"]``
+        is ``paused`` while the run can go on."""
+        if steps < 1:
+            raise ConfigError(f"learn: steps {steps!r}; expected at least 1")
+        target = self.env_steps + steps
+        if self.run_dir is None:
+            result = train(self.config, self.overrides, pause_at_env_steps=target, callbacks=callbacks, progress=progress)
+        else:
+            result = train(resume=self.run_dir, pause_at_env_steps=target, callbacks=callbacks, progress=progress)
+        self.run_dir, self.summary, self._policy = result.run_dir, result.summary, None
+        return result
+
+    def predict(self, obs, state=None, deterministic: bool = True, action_mask=None, episode_start=None):
+        """The run's newest policy's ``predict`` (:class:`mlxe.runtime.trained.TrainedPolicy`): its last checkpoint."""
+        if self._policy is None:
+            if self.run_dir is None:
+                raise ConfigError("mlxe.Agent.predict: nothing trained yet; call learn first")
+            from mlxe.runtime.trained import load_policy
+
+            self._policy = load_policy(self.run_dir, last=True)
+        return self._policy.predict(obs, state, deterministic, action_mask, episode_start)
 
 
 @contextmanager
