@@ -15,6 +15,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mlxe import algos
 from mlxe.config import Config, ConfigError
 from mlxe.loading import from_dict, load_config, load_run_config
 
@@ -37,6 +38,10 @@ def _run(cfg: Config, trainer) -> str:
         from mlxe.runtime.selfplay import training_config
 
         cfg = training_config(cfg, trainer.run_dir)
+    if algos.algorithm(cfg.algo.name).datasets == "offline":  # learns from data.dataset alone: no Executor acts
+        from mlxe.runtime.offline import run_offline
+
+        return run_offline(cfg, trainer)
     if cfg.backend == "ray":  # imported only here: a local run never loads Ray
         from mlxe.runtime.ray.train import run_ray
 

@@ -378,6 +378,7 @@ class StopConfig:
     goal_episode_length: int | None = 50_000  # stop when one episode lasts this long
     max_episodes: int | None = None
     max_env_steps: int | None = None
+    max_updates: int | None = None  # stop when the Learner has made this many gradient steps
     max_wall_seconds: float | None = None
     eval_return: float | None = None  # stop when the greedy evaluation mean return reaches this
     eval_every: int = 10  # iterations (OA: learner-update reports) between evaluations
@@ -425,6 +426,18 @@ class TrackConfig:
     # "disabled" (nothing written)
     mode: Literal["offline", "online", "disabled"] = "offline"
     dir: str | None = None  # wandb: the folder W&B writes its files under; null: the run directory
+
+
+@dataclass
+class DataConfig:
+    """Experience from a dataset in Minari's format (``mlxe record`` writes one;
+    :mod:`mlxe.memory.datasets` reads it). An offline algorithm (``bc``, ``td3_bc``) learns from it
+    alone, no Executor acting (:mod:`mlxe.runtime.offline`); DQN, DDPG, TD3 and SAC start with it in
+    their replay and add their own experience (offline-to-online)."""
+
+    dataset: str | None = None  # the Minari dataset id, e.g. "pendulum/expert-v0"
+    dir: str | None = None  # Minari's datasets folder; null: MINARI_DATASETS_PATH, else ~/.minari/datasets
+    updates_per_iteration: int = 1000  # an offline algorithm's gradient steps between two metrics rows
 
 
 @dataclass
@@ -540,6 +553,7 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
     def num_executors(self) -> int:
         """Resolved executor count: ``auto`` is one per core (OA: less the Learner's, which trains
@@ -678,6 +692,7 @@ def check(cfg: Config) -> None:
         "filters.clip": cfg.filters.clip,
         "env.step_timeout": cfg.env.step_timeout,
         "run.max_nonfinite": cfg.run.max_nonfinite,
+        "data.updates_per_iteration": cfg.data.updates_per_iteration,
     }
     for key, value in positive.items():
         check_positive(key, value)
@@ -686,7 +701,7 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"device: {cfg.device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
     if not isinstance(cfg.executors, str) and not 1 <= cfg.executors <= MAX_WORKERS:
         raise ConfigError(f"executors: {cfg.executors!r} is not allowed; expected 'auto' or an integer in [1, {MAX_WORKERS}]")
-    for key in ("goal_episode_length", "max_episodes", "max_env_steps", "max_wall_seconds"):
+    for key in ("goal_episode_length", "max_episodes", "max_env_steps", "max_updates", "max_wall_seconds"):
         value = getattr(cfg.stop, key)
         if value is not None and value <= 0:
             raise ConfigError(f"stop.{key}: {value!r} is not allowed; expected null or a value > 0")

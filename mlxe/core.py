@@ -293,6 +293,11 @@ class Algorithm(ABC):
     # (mlxe.envs.masks): its policy's ``act`` takes ``mask`` and its losses read ``action_mask``.
     action_masks: ClassVar[bool] = False
 
+    # How the algorithm learns from a dataset of transitions (``data.dataset``): "offline" from the
+    # dataset alone, no Executor acting (mlxe.runtime.offline); "prefill": its replay starts with the
+    # dataset, then the Executors' experience joins it (offline-to-online); None: it cannot.
+    datasets: ClassVar[Literal["offline", "prefill"] | None] = None
+
     # Whether the Memorizer may be split in replay shards (``learner.replay_shards`` > 1, Ape-X): a
     # replay of single transitions whose batches need no row of another shard.
     sharded_replay: ClassVar[bool] = False

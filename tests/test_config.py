@@ -468,8 +468,8 @@ def test_segment_algorithms_run_in_istb_is_and_oa_but_not_ia(name):
         ("dqn", "gae_lambda=0.9", "ppo, appo, a2c, impala, trpo"),
         ("a2c", "epochs=3", "ppo, appo"),
         ("pg", "value_coef=0.5", "a3c, ppo, appo, a2c, impala"),
-        ("ppo", "buffer_size=10", "dqn, rainbow, r2d2, ddpg, td3, sac"),
-        ("sac", "target_noise=0.1", "td3"),
+        ("ppo", "buffer_size=10", "dqn, rainbow, r2d2, ddpg, td3, sac, bc, td3_bc"),
+        ("sac", "target_noise=0.1", "td3, td3_bc"),
     ],
 )
 def test_a_key_of_another_algorithm_is_an_error_naming_both(name, key, owners):

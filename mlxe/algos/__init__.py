@@ -13,7 +13,17 @@ import difflib
 import importlib
 from typing import Any
 
-from mlxe.config import AlgoConfig, Config, ConfigError, CuriosityConfig, MemoryConfig, build, changed_keys, to_dict
+from mlxe.config import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    CuriosityConfig,
+    DataConfig,
+    MemoryConfig,
+    build,
+    changed_keys,
+    to_dict,
+)
 from mlxe.core import Algorithm, Gradients
 
 ALGORITHMS = {
@@ -30,6 +40,8 @@ ALGORITHMS = {
     "td3": "mlxe.algos.td3",
     "sac": "mlxe.algos.sac",
     "trpo": "mlxe.algos.trpo",
+    "bc": "mlxe.algos.bc",
+    "td3_bc": "mlxe.algos.td3_bc",
 }
 
 
@@ -109,12 +121,48 @@ def check(cfg: Config) -> None:
             f"learner.replay_shards: {shards} is not allowed with algo.name {cfg.algo.name!r} (its Memorizer is not "
             f"a replay of single transitions to split); expected 1, or algo.name {able(lambda a: a.sharded_replay)}"
         )
+    _check_data(cfg, own)
     if cfg.backend == "ray" and cfg.ray.mode == "async_gradients" and not issubclass(own, Gradients):
         raise ConfigError(
             f"ray.mode: 'async_gradients' is not allowed with algo.name {cfg.algo.name!r} (it has no gradient to "
             f"send to a parameter server); expected algo.name {able(lambda a: issubclass(a, Gradients))}, or "
             "ray.mode 'sync' or 'async_experience'"
         )
+
+
+def _check_data(cfg: Config, own: type[Algorithm]) -> None:
+    """``data:`` is read by the algorithms that learn from datasets, and an offline one needs a dataset,
+    a stop condition of its own and a single learner in this process."""
+    changed = changed_keys(to_dict(cfg.data), dataclasses.asdict(DataConfig()), "data")
+    if own.datasets is None and changed:
+        raise ConfigError(
+            f"{changed[0]}: not read by algo.name {cfg.algo.name!r}, which learns from its own experience only; "
+            f"datasets are read by {able(lambda a: a.datasets is not None)}"
+        )
+    if own.datasets == "prefill" and "data.updates_per_iteration" in changed:
+        raise ConfigError(f"data.updates_per_iteration: not read by algo.name {cfg.algo.name!r} (its updates follow "
+                          "its env steps, algo.updates_per_step); remove it")
+    if own.datasets == "prefill" and cfg.data.dataset is not None and cfg.learner.memorizer != "learner":
+        raise ConfigError(f"data.dataset: fills the replay of learner.memorizer 'learner' only, not "
+                          f"{cfg.learner.memorizer!r}")
+    if own.datasets != "offline":
+        return
+    if cfg.data.dataset is None:
+        raise ConfigError(f"data.dataset: algo.name {cfg.algo.name!r} learns from a dataset alone; name one "
+                          "(a Minari dataset id: mlxe record writes one)")
+    s = cfg.stop
+    if s.max_updates is None and s.max_wall_seconds is None and s.eval_return is None:
+        raise ConfigError(f"stop.max_updates: algo.name {cfg.algo.name!r} plays no episode and makes no env step; "
+                          "stop it by gradient steps (or stop.max_wall_seconds, stop.eval_return)")
+    for key, value in (("stop.max_env_steps", s.max_env_steps), ("stop.max_episodes", s.max_episodes)):
+        if value is not None:
+            raise ConfigError(f"{key}: an offline run (algo.name {cfg.algo.name!r}) makes no env step; use stop.max_updates")
+    if cfg.env.api != "gymnasium":
+        raise ConfigError(f"env.api: {cfg.env.api!r} is not allowed with algo.name {cfg.algo.name!r}; expected "
+                          "'gymnasium' (an offline run evaluates its policy on a local environment)")
+    if cfg.backend != "local" or cfg.learner.memorizer != "learner" or cfg.learner.gradient_workers > 1:
+        raise ConfigError(f"backend: an offline run (algo.name {cfg.algo.name!r}) learns in this process: expected "
+                          "backend 'local', learner.memorizer 'learner' and learner.gradient_workers 1")
 
 
 def data_parallel(cls: type[Algorithm]) -> bool:

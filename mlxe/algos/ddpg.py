@@ -60,6 +60,9 @@ class NoiseConfig:
 class OffPolicyConfig(AlgoConfig):
     """What DDPG, TD3 and SAC share: the replay, the update-to-data ratio, the soft targets."""
 
+    # learned from a dataset alone (TD3+BC): the observation filter's statistics are the dataset's, fixed
+    offline: ClassVar[bool] = False
+
     lr: float = 1e-3  # every optimizer's, unless actor_lr / critic_lr say otherwise
     actor_lr: float | None = None
     critic_lr: float | None = None
@@ -93,7 +96,7 @@ class OffPolicyConfig(AlgoConfig):
                 f"algo.buffer_size: {self.buffer_size!r} is not allowed; the replay must hold a batch "
                 f"(algo.batch_size {self.batch_size})"
             )
-        if cfg.filters.obs:
+        if cfg.filters.obs and not self.offline:
             raise ConfigError(
                 f"filters.obs: not supported with algo.name {self.name!r} (its replay would mix observations "
                 "normalized by statistics that keep moving)"
@@ -222,6 +225,7 @@ class DDPG(Algorithm):
 
     Config = Config
     sharded_replay = True  # Ape-X's replay shards
+    datasets = "prefill"  # data.dataset: the replay starts with it (offline-to-online)
     critics: ClassVar[int] = 1  # Q networks (TD3 and SAC: two)
     has_actor_target: ClassVar[bool] = True  # a target copy of the actor (SAC's targets read the current actor)
 

@@ -331,6 +331,7 @@ class DQN(Algorithm):
     Config = Config
     sharded_replay = True  # Ape-X's replay shards
     action_masks = True
+    datasets = "prefill"  # data.dataset: the replay starts with it (offline-to-online)
     capturable: ClassVar[bool] = True  # its gradient step runs as a CUDA graph on a GPU (no host sync in it)
 
     @classmethod

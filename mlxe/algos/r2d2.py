@@ -91,6 +91,7 @@ class R2D2(dqn.DQN):
 
     Config = Config
     sharded_replay = False  # sequences of one environment are not split across replays
+    datasets = None  # its replay holds sequences with stored states, which datasets have not
     action_masks = False
     capturable = False  # the core's unroll reads on the host where episodes begin
 

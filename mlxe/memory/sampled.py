@@ -53,6 +53,10 @@ class SampledReplay(Memorizer):
         learning = self.env_steps - max(before, self.learning_starts)  # of these steps, after learning_starts
         self.owed += max(0, learning) * self.updates_per_step
 
+    def owe(self, steps: int) -> None:
+        """``steps`` more gradient steps due, whatever the env steps (offline learning makes none)."""
+        self.owed += steps
+
     def due(self) -> int:
         """The whole gradient steps owed now (0 while nothing is stored), taken off the count."""
         steps = int(self.owed) if len(self.memory) else 0

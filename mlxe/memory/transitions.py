@@ -121,6 +121,16 @@ class TransitionReplay(SampledReplay):
             self.tails[segment.executor] = {k: window[k][first:] for k in self.window} | {"emitted": complete[first:]}
         self.count(len(segment))
 
+    def preload(self, steps: dict[str, np.ndarray]) -> None:
+        """A dataset's steps (:func:`mlxe.memory.datasets.dataset_steps`: [N] each, its episodes one
+        after another, each ending terminated or truncated) stored as n-step transitions; they make no
+        gradient steps due (no Executor played them)."""
+        if len(steps["obs"]) > self.memory.capacity:
+            raise ValueError(f"{len(steps['obs'])} dataset steps do not fit a replay of {self.memory.capacity} (algo.buffer_size)")
+        window = {k: steps[k][:, None] for k in WINDOW}  # one column: the episodes in a row
+        transitions, _ = nstep_transitions(window, np.zeros(window["reward"].shape, bool), self.n_step, self.gamma)
+        self.store(transitions)
+
     def sample(self, batch_size: int, beta: float = 1.0) -> tuple[dict, np.ndarray]:
         """A batch of ``batch_size`` transitions drawn with replacement ({field: [B, ...]}, with
         ``weight`` [B] under prioritized replay, ``beta`` its importance exponent), and their rows."""

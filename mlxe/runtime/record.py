@@ -15,42 +15,16 @@ nothing; the run directory is only read.
 
 from __future__ import annotations
 
-import os
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from mlxe.config import ConfigError
+from mlxe.memory.datasets import datasets_root, import_minari
 from mlxe.runtime.trained import load_policy
 
 POLICIES = ("greedy", "sample", "random")
-
-
-@contextmanager
-def datasets_root(root: str | Path | None):
-    """Minari's datasets folder set to ``root`` while inside (Minari reads it from the environment)."""
-    if root is None:
-        yield
-        return
-    before = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(Path(root).resolve())
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = before
-
-
-def import_minari():
-    try:
-        import minari
-    except ImportError as e:
-        raise ConfigError(f"datasets are Minari's: pip install 'mlxe[offline]' ({e})") from None
-    return minari
 
 
 def record_dataset(

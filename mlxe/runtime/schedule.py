@@ -352,6 +352,11 @@ def _schedule(
     if restored is not None:
         learner.load_state_dict(restored)
         filters.load_state_dict(restored.get("filters") or {})
+    elif cfg.data.dataset is not None:  # offline-to-online: the replay starts with the dataset
+        from mlxe.runtime.offline import preload
+
+        rows = preload(cfg, spec, getattr(learner, "memorizer", learner))
+        trainer.say(f"data.dataset {cfg.data.dataset!r}: {rows} steps in the replay before the first iteration")
     rule, settings = collection_rule(cfg)
     continuous = getattr(learner, "continuous", False)  # the study's OA: the Learner trains in a process of its own
     kept = 2 + settings.get("max_lag", 0)

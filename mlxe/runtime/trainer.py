@@ -61,6 +61,9 @@ class Trainer:
         if cfg.track.backend != "none":  # last: it uploads what the other callbacks wrote by on_end
             self.callbacks.callbacks.append(make_tracker(cfg.track))
         self.stop_asked = False  # a callback returned False
+        # evaluate every stop.eval_every iterations even without stop.eval_return (an offline run: no
+        # training episode shows how it does)
+        self.evaluate_always = False
         self.pause_at = pause_at
         self.run_dir = Path(run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
@@ -209,7 +212,8 @@ class Trainer:
             self._rates = ((self.env_steps - s0) / (now - t0), (self.updates - u0) / (now - t0))
         self._rate_mark = (now, self.env_steps, self.updates)
         stop = self.cfg.stop
-        if evaluate is not None and stop.eval_return is not None and self.iteration % stop.eval_every == 0:
+        evaluating = stop.eval_return is not None or self.evaluate_always
+        if evaluate is not None and evaluating and self.iteration % stop.eval_every == 0:
             started = time.monotonic()
             self.last_eval = evaluate()
             self.eval_s += time.monotonic() - started
@@ -278,6 +282,8 @@ class Trainer:
             reason = "max_episodes"
         elif s.max_env_steps is not None and self.env_steps >= s.max_env_steps:
             reason = "max_env_steps"
+        elif s.max_updates is not None and self.updates >= s.max_updates:
+            reason = "max_updates"
         elif self.pause_at is not None and self.env_steps >= self.pause_at:
             reason = "paused"
         elif s.max_wall_seconds is not None and self.wall_s >= s.max_wall_seconds:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import mlxe
-from mlxe.algos import ALGORITHMS
+from mlxe.algos import ALGORITHMS, algorithm
 from mlxe.runtime.checkpoints import READABLE, load_checkpoint
 
 DATA = Path(__file__).parents[1] / "data" / "checkpoints"
@@ -29,7 +29,13 @@ def test_a_checkpoint_of_an_earlier_release_evaluates_and_resumes(name, tmp_path
     assert result["episodes"] == 1 and 1 <= result["lengths"][0] <= 20
     if name in ON_RAY:
         return
-    trainer = load_checkpoint(run)["trainer"]
-    more = mlxe.train(resume=run, overrides=[f"stop.max_env_steps={trainer['env_steps'] + 1}", "stop.max_episodes=null"])
+    state = load_checkpoint(run)
+    trainer = state["trainer"]
+    name = state.get("run", {}).get("algorithm")  # format 4 did not name it
+    if name is not None and algorithm(name).datasets == "offline":
+        budget = [f"stop.max_updates={trainer['updates'] + 1}"]  # its replay, the dataset, is in the checkpoint
+    else:
+        budget = [f"stop.max_env_steps={trainer['env_steps'] + 1}", "stop.max_episodes=null"]
+    more = mlxe.train(resume=run, overrides=budget)
     assert more.summary["iterations"] == trainer["iteration"] + 1
     assert load_checkpoint(run)["trainer"]["iteration"] == trainer["iteration"] + 1

@@ -41,7 +41,24 @@ RUNS = {
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),
+    # offline: a dataset of 2 scripted-expert episodes (the `datasets` fixture), no Executor acting
+    "bc": (None, ["env.id=CartPole-v1", "algo.name=bc", "data.dataset=cartpole/expert-v0", "stop.max_updates=64",
+                  "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1", "stop.eval_episodes=2"]),
+    "td3_bc": (None, ["env.id=Pendulum-v1", "algo.name=td3_bc", "data.dataset=pendulum/expert-v0", "stop.max_updates=64",
+                      "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1", "stop.eval_episodes=2"]),
 }
+OFFLINE = {"bc", "td3_bc"}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> str:
+    """The offline runs' datasets: ``data.dir=...`` of a folder holding them."""
+    from tests.offline_data import write_dataset
+
+    root = tmp_path_factory.mktemp("datasets")
+    write_dataset(root, "cartpole/expert-v0", "CartPole-v1", episodes=2)
+    write_dataset(root, "pendulum/expert-v0", "Pendulum-v1", episodes=2)
+    return f"data.dir={root}"
 
 
 def test_every_registered_algorithm_is_covered():
@@ -75,10 +92,15 @@ def assert_same_run(cfg, a, b) -> dict:
     checkpoint."""
     for key in ("stop_reason", "iterations", "episodes", "env_steps", "updates", "best_return"):
         assert a.summary[key] == b.summary[key], key
-    assert a.summary["updates"] > 0 and a.summary["episodes"] > 0, a.summary
-    x, y = (read_csv(r.run_dir / "episodes.csv") for r in (a, b))
-    for key in ("executor", "length", "return"):
-        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    assert a.summary["updates"] > 0, a.summary
+    if a.summary["env_steps"]:  # an offline run plays only its evaluations
+        assert a.summary["episodes"] > 0, a.summary
+        x, y = (read_csv(r.run_dir / "episodes.csv") for r in (a, b))
+        for key in ("executor", "length", "return"):
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    else:
+        x, y = (read_csv(r.run_dir / "metrics.csv") for r in (a, b))
+        np.testing.assert_array_equal(x["eval_return"], y["eval_return"])
     first, second = load_checkpoint(a.run_dir), load_checkpoint(b.run_dir)
     np.testing.assert_array_equal(first["weights"].numpy(), second["weights"].numpy())
     wa, wb = learner_weights(first), learner_weights(second)
@@ -90,16 +112,17 @@ def assert_same_run(cfg, a, b) -> dict:
 
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
-def test_one_seed_trains_the_same_run_twice(tmp_path, algo):
-    (cfg, a), (_, b) = train(tmp_path, algo, seed=7), train(tmp_path, algo, seed=7)
+def test_one_seed_trains_the_same_run_twice(tmp_path, algo, datasets):
+    more = [datasets] if algo in OFFLINE else []
+    (cfg, a), (_, b) = train(tmp_path, algo, 7, *more), train(tmp_path, algo, 7, *more)
     assert a.run_dir != b.run_dir
     first = assert_same_run(cfg, a, b)
     # another seed is another run: the comparison above is not of networks that did not train
-    _, other = train(tmp_path, algo, seed=8)
+    _, other = train(tmp_path, algo, 8, *more)
     assert not np.array_equal(load_checkpoint(other.run_dir)["weights"].numpy(), first["weights"].numpy())
 
 
-@pytest.mark.parametrize("algo", sorted(RUNS))
+@pytest.mark.parametrize("algo", sorted(set(RUNS) - OFFLINE))  # an offline run has no Executors to place
 def test_istb_replays_the_is_run(tmp_path, algo):
     """Executor threads (ISTB) instead of processes (IS) change no number: the Learner observes the
     segments in Executor order whichever Executor finishes first, so ISTB is as reproducible as IS

@@ -7,7 +7,8 @@ import pytest
 import mlxe
 from mlxe.cli import main
 from mlxe.config import ConfigError
-from mlxe.runtime.record import datasets_root, record_dataset
+from mlxe.memory.datasets import datasets_root
+from mlxe.runtime.record import record_dataset
 
 minari = pytest.importorskip("minari")
 

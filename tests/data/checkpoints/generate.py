@@ -43,7 +43,13 @@ RUNS = {
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),
     # continuous A2C with a reward filter, trained by Ray's asynchronous gradients (the ray/gradients layout)
     "da3c": ("configs/pendulum_da3c.yaml", ["executors=1", "stop.max_env_steps=1"]),
+    # offline, on one scripted-expert episode (tests/offline_data.py): the replay holds it
+    "bc": (None, ["env.id=CartPole-v1", "algo.name=bc", "data.dataset=cartpole/expert-v0", "stop.max_updates=8",
+                  "data.updates_per_iteration=8", "algo.batch_size=8", "algo.buffer_size=512"]),
+    "td3_bc": (None, ["env.id=Pendulum-v1", "algo.name=td3_bc", "data.dataset=pendulum/expert-v0", "stop.max_updates=8",
+                      "data.updates_per_iteration=8", "algo.batch_size=8", "algo.buffer_size=256"]),
 }
+OFFLINE = {"bc": ("cartpole/expert-v0", "CartPole-v1"), "td3_bc": ("pendulum/expert-v0", "Pendulum-v1")}
 # format 6 (the Memorizer's state apart): the study's replay, the transition replay, the on-policy batcher
 RUNS |= {f"{name}-format6": RUNS[name] for name in ("a3c", "dqn", "ppo")}
 
@@ -51,6 +57,12 @@ RUNS |= {f"{name}-format6": RUNS[name] for name in ("a3c", "dqn", "ppo")}
 def generate(name: str) -> None:
     config, overrides = RUNS[name]
     with tempfile.TemporaryDirectory() as scratch:
+        if name in OFFLINE:  # its dataset, read only by this run (a resume finds it in the checkpoint)
+            sys.path.insert(0, str(HERE.parents[2]))  # the repository root: tests/offline_data.py
+            from tests.offline_data import write_dataset
+
+            write_dataset(Path(scratch) / "data", *OFFLINE[name], episodes=1)
+            overrides = [*overrides, f"data.dir={Path(scratch) / 'data'}"]
         run = mlxe.train(config, [*QUIET, *TINY, f"run.dir={scratch}", f"name={name}", *overrides]).run_dir
         target = HERE / name
         shutil.rmtree(target, ignore_errors=True)
