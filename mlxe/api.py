@@ -87,12 +87,20 @@ def train(
             cfg = from_dict(_apply(config, overrides))
         else:
             cfg = load_config(config, overrides)
+    notes = []
+    if cfg.env.check and cfg.env.api == "gymnasium":  # before a run directory exists: a failure leaves none
+        from mlxe.envs.checker import check_environment
+
+        notes = check_environment(cfg.env)
+    if resume is None:
         run_dir = new_run_dir(cfg)
 
     with (
         Trainer(cfg, run_dir, resume is not None, progress, pause_at_env_steps, callbacks) as trainer,
         _served(cfg, trainer),
     ):
+        for note in notes:
+            trainer.say(f"env check: {cfg.env.id}: {note}")
         try:
             with _simulators(cfg, trainer):  # closed as soon as training stops: the simulators are told at once
                 reason = _run(cfg, trainer)

@@ -183,6 +183,10 @@ class EnvConfig:
     # or an "action_mask" entry of a Dict observation, as PettingZoo's classic games); true: required;
     # false: ignored (a Dict observation's mask entry is then observed as any other entry)
     action_mask: bool | None = None
+    # Gymnasium's env checker (gymnasium.utils.env_checker) on one environment before training: a
+    # failure is an error naming the environment and the problem; false: not checked (an environment
+    # that breaks one of Gymnasium's conventions on purpose, or whose reset ignores the seed: MinAtar)
+    check: bool = True
 
     @property
     def plain_cartpole(self) -> bool:

@@ -90,7 +90,7 @@ def failure_discounts(n: int) -> np.ndarray:
     return np.clip(DISCOUNT_SLOPE * np.log(k) + DISCOUNT_INTERCEPT, MIN_DISCOUNT, MAX_DISCOUNT)
 
 
-class CartPoleTask(gymnasium.Wrapper):
+class CartPoleTask(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """Gymnasium wrapper applying the MLxE study's CartPole task modifications.
 
     Must wrap an env whose ``unwrapped`` is a :class:`CartPoleEnv`. Put it outside any
@@ -125,6 +125,10 @@ class CartPoleTask(gymnasium.Wrapper):
             raise ValueError(
                 f"CartPoleTask needs a CartPole env; got {type(env.unwrapped).__name__}"
             )
+        gymnasium.utils.RecordConstructorArgs.__init__(
+            self, x_squared=x_squared, adverse_starts=adverse_starts, shaped_reward=shaped_reward,
+            failure_reward=failure_reward,
+        )  # its spec can rebuild it (Gymnasium's env checker reads the spec)
         super().__init__(env)
         self.x_squared = bool(x_squared)
         self.adverse_starts = bool(adverse_starts)

@@ -24,12 +24,13 @@ from mlxe.config import ConfigError
 KEY = "action_mask"
 
 
-class MaskFromObservation(gymnasium.Wrapper):
+class MaskFromObservation(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """An environment whose observations are a Dict with an ``action_mask`` entry, seen as one whose
     ``info`` holds the mask: the entry leaves the observation (a Dict of one other entry becomes that
     entry's space)."""
 
     def __init__(self, env: gymnasium.Env) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)  # its spec can rebuild it
         super().__init__(env)
         self.observation_space = without_mask(env.observation_space)
 

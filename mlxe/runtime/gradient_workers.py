@@ -324,6 +324,9 @@ class GlooWorkers(GradientWorkers):
             if process.is_alive():
                 process.kill()
                 process.join()
+        # released here, where gloo's threads run: left to the garbage collector, the group could be
+        # collected in a process forked later, whose destructor would wait forever on threads it has not
+        self.group = None
 
 
 def _ended(process: mp.Process) -> str:
