@@ -430,6 +430,9 @@ class TrackConfig:
     # "disabled" (nothing written)
     mode: Literal["offline", "online", "disabled"] = "offline"
     dir: str | None = None  # wandb: the folder W&B writes its files under; null: the run directory
+    # greedy episodes of the logged model recorded at the end to RUN/videos/evaluation.mp4 and logged
+    # with it (pip install 'mlxe[video]'; the environment must render rgb_array); 0: none
+    video: int = 0
 
 
 @dataclass
@@ -783,8 +786,8 @@ def check(cfg: Config) -> None:
 # the track keys each backend reads (mlxe.runtime.trackers)
 TRACK_KEYS = {
     "none": (),
-    "mlflow": ("backend", "uri", "experiment"),
-    "wandb": ("backend", "experiment", "mode", "dir"),
+    "mlflow": ("backend", "uri", "experiment", "video"),
+    "wandb": ("backend", "experiment", "mode", "dir", "video"),
 }
 WANDB_REFUSED = "/\\#?%:"  # characters W&B refuses in a project's name
 
@@ -801,6 +804,8 @@ def _check_track(t: TrackConfig) -> None:
     if not t.experiment.strip() or (t.backend == "wandb" and any(c in WANDB_REFUSED for c in t.experiment)):
         refused = f" without any of {WANDB_REFUSED!r} (a W&B project's name)" if t.backend == "wandb" else ""
         raise ConfigError(f"track.experiment: {t.experiment!r} is not allowed; expected a non-empty name{refused}")
+    if t.video < 0:
+        raise ConfigError(f"track.video: {t.video!r} is not allowed; expected episodes >= 0 (0: none)")
     for key in ("uri", "dir"):
         value = getattr(t, key)
         if value is not None and not value.strip():

@@ -10,7 +10,8 @@ With ``track.backend`` set, the Trainer adds the tracker after the run's other c
 * ``on_evaluation``: ``eval_return`` at the evaluation's ``env_steps``;
 * ``on_end``: the summary's numbers as ``summary/<key>`` (nested ones ``summary/best/score``) and its
   stop reason; ``best.pt`` (else ``last.pt``) and any ``*.mp4`` under the run directory as
-  artifacts; then the tracker run ends: FINISHED, FAILED (stop reason ``error``) or KILLED
+  artifacts, with ``track.video`` greedy episodes of that model recorded first to
+  ``videos/evaluation.mp4``; then the tracker run ends: FINISHED, FAILED (stop reason ``error``) or KILLED
   (``interrupted``, ``aborted``). W&B has no such status: FAILED and KILLED end it with exit code 1.
 
 A resumed run continues its tracker run (``tracker.json`` in the run directory names it), so the
@@ -60,6 +61,15 @@ def flatten(mapping: dict, sep: str = ".", prefix: str = "") -> dict[str, Any]:
 def finite_numbers(mapping: dict) -> dict[str, float]:
     """The finite numbers of a flat mapping (NumPy's too; booleans as 0 and 1): what a tracker plots."""
     return {k: float(v) for k, v in mapping.items() if isinstance(v, Real) and math.isfinite(v)}
+
+
+def record_evaluation(checkpoint: Path, path: Path, episodes: int) -> None:
+    """``episodes`` greedy episodes of ``checkpoint``'s policy rendered to ``path`` (as ``mlxe eval --video``)."""
+    from mlxe.runtime.trained import load_policy
+    from mlxe.runtime.video import record_video
+
+    trained = load_policy(checkpoint)
+    record_video(trained.config, trained.policy, path, episodes, trained.config.seed, trained.normalize_obs)
 
 
 def _package(name: str) -> Any:
@@ -126,6 +136,8 @@ class Tracker(Callback):
         model = summary["best"]["checkpoint"] if summary.get("best") else summary.get("checkpoint")
         if model is not None:
             self.upload(Path(model), "checkpoints")
+            if self.track.video:  # uploaded with any other video below
+                record_evaluation(Path(model), self.run_dir / "videos" / "evaluation.mp4", self.track.video)
         for video in sorted(self.run_dir.rglob("*.mp4")):
             folder = video.parent.relative_to(self.run_dir)
             if folder.parts[:1] != ("wandb",):  # W&B's copies of the videos it logged

@@ -104,6 +104,14 @@ def test_mlflow_logs_the_config_metrics_summary_and_model(make_config, mlflow_st
     assert json.loads((result.run_dir / "tracker.json").read_text())["run_id"] == run.info.run_id
 
 
+def test_the_logged_model_plays_a_video_the_tracker_logs(make_config, mlflow_store):
+    pytest.importorskip("imageio")
+    result = mlxe.train(make_config(*RUN, "track.backend=mlflow", f"track.uri={mlflow_store}", "track.video=1"))
+    client, (run,) = mlflow_runs(mlflow_store)
+    assert "videos/evaluation.mp4" in {a.path for a in client.list_artifacts(run.info.run_id, "videos")}
+    assert (result.run_dir / "videos" / "evaluation.mp4").stat().st_size > 1000
+
+
 def test_a_resumed_run_continues_its_mlflow_run(make_config, mlflow_store):
     first = mlxe.train(make_config(*RUN, "track.backend=mlflow", f"track.uri={mlflow_store}"), callbacks=[StopAtThree()])
     resumed = mlxe.train(resume=first.run_dir, overrides=["stop.max_env_steps=400"])
@@ -209,6 +217,7 @@ def test_wandb_offline_logs_the_config_metrics_summary_and_model(make_config, wa
     (["track.backend=wandb", "track.experiment=a/b"], r"track.experiment: 'a/b' is not allowed"),
     (["track.backend=mlflow", "track.experiment=' '"], r"track.experiment: ' ' is not allowed"),
     (["track.backend=wandb", "track.dir=''"], r"track.dir: '' is not allowed"),
+    (["track.backend=mlflow", "track.video=-1"], r"track.video: -1 is not allowed; expected episodes >= 0"),
 ])
 def test_a_bad_track_key_is_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
