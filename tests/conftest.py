@@ -86,3 +86,15 @@ def pytest_runtest_setup(item):
     if os.environ.get("PYTEST_XDIST_WORKER") and not item.get_closest_marker("xdist_group") and hasattr(os, "nice"):
         if os.nice(0) < 10:  # os.nice(0) reads the niceness
             os.nice(10 - os.nice(0))
+
+
+@pytest.fixture(scope="session")
+def expert_datasets(tmp_path_factory) -> str:
+    """Two scripted-expert episodes each of CartPole-v1 (``cartpole/expert-v0``) and Pendulum-v1
+    (``pendulum/expert-v0``) as Minari datasets: the override ``data.dir=...`` of their folder."""
+    from tests.offline_data import write_dataset
+
+    root = tmp_path_factory.mktemp("datasets")
+    write_dataset(root, "cartpole/expert-v0", "CartPole-v1", episodes=2)
+    write_dataset(root, "pendulum/expert-v0", "Pendulum-v1", episodes=2)
+    return f"data.dir={root}"

@@ -81,24 +81,13 @@ RUNS = {
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", [*SMALL, *REPLAY]),
-    # offline, on 2 scripted-expert episodes (the `datasets` fixture)
+    # offline, on 2 scripted-expert episodes (the `expert_datasets` fixture)
     "bc": (None, [*SMALL, "env.id=CartPole-v1", "algo.name=bc", "data.dataset=cartpole/expert-v0", "stop.max_updates=64",
                   "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1", "stop.eval_episodes=2"]),
     "td3_bc": (None, [*SMALL, "env.id=Pendulum-v1", "algo.name=td3_bc", "data.dataset=pendulum/expert-v0",
                       "stop.max_updates=64", "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1",
                       "stop.eval_episodes=2", "filters.obs=true"]),
 }
-
-
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory) -> str:
-    """The offline runs' datasets: ``data.dir=...`` of a folder holding them."""
-    from tests.offline_data import write_dataset
-
-    root = tmp_path_factory.mktemp("datasets")
-    write_dataset(root, "cartpole/expert-v0", "CartPole-v1", episodes=2)
-    write_dataset(root, "pendulum/expert-v0", "Pendulum-v1", episodes=2)
-    return f"data.dir={root}"
 
 
 def fingerprint(vector: np.ndarray) -> list[float]:
@@ -158,10 +147,10 @@ def test_every_registered_algorithm_has_a_trace():
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_training_gives_the_recorded_trace(tmp_path, name, datasets):
+def test_training_gives_the_recorded_trace(tmp_path, name, expert_datasets):
     expected = RUNS[name][2] if len(RUNS[name]) > 2 else name
     path = TRACES / f"{expected}.json"
-    got = trace(tmp_path, name, *([datasets] if "data.dataset" in str(RUNS[name][1]) else []))
+    got = trace(tmp_path, name, *([expert_datasets] if "data.dataset" in str(RUNS[name][1]) else []))
     if os.environ.get("MLXE_WRITE_TRACES") and expected == name:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(got, indent=1) + "\n")

@@ -41,24 +41,13 @@ RUNS = {
     "ddpg": ("configs/zoo/ddpg/Pendulum-v1.yaml", REPLAY),
     "td3": ("configs/zoo/td3/Pendulum-v1.yaml", REPLAY),
     "sac": ("configs/zoo/sac/Pendulum-v1.yaml", REPLAY),
-    # offline: a dataset of 2 scripted-expert episodes (the `datasets` fixture), no Executor acting
+    # offline: a dataset of 2 scripted-expert episodes (the `expert_datasets` fixture), no Executor acting
     "bc": (None, ["env.id=CartPole-v1", "algo.name=bc", "data.dataset=cartpole/expert-v0", "stop.max_updates=64",
                   "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1", "stop.eval_episodes=2"]),
     "td3_bc": (None, ["env.id=Pendulum-v1", "algo.name=td3_bc", "data.dataset=pendulum/expert-v0", "stop.max_updates=64",
                       "data.updates_per_iteration=32", "algo.batch_size=32", "stop.eval_every=1", "stop.eval_episodes=2"]),
 }
 OFFLINE = {"bc", "td3_bc"}
-
-
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory) -> str:
-    """The offline runs' datasets: ``data.dir=...`` of a folder holding them."""
-    from tests.offline_data import write_dataset
-
-    root = tmp_path_factory.mktemp("datasets")
-    write_dataset(root, "cartpole/expert-v0", "CartPole-v1", episodes=2)
-    write_dataset(root, "pendulum/expert-v0", "Pendulum-v1", episodes=2)
-    return f"data.dir={root}"
 
 
 def test_every_registered_algorithm_is_covered():
@@ -112,8 +101,8 @@ def assert_same_run(cfg, a, b) -> dict:
 
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
-def test_one_seed_trains_the_same_run_twice(tmp_path, algo, datasets):
-    more = [datasets] if algo in OFFLINE else []
+def test_one_seed_trains_the_same_run_twice(tmp_path, algo, expert_datasets):
+    more = [expert_datasets] if algo in OFFLINE else []
     (cfg, a), (_, b) = train(tmp_path, algo, 7, *more), train(tmp_path, algo, 7, *more)
     assert a.run_dir != b.run_dir
     first = assert_same_run(cfg, a, b)
