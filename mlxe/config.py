@@ -411,6 +411,9 @@ class RunConfig:
     # "package.module:Class" each: callbacks told of the run's events (mlxe.runtime.callbacks), built
     # with no arguments, after those passed to mlxe.train(callbacks=...)
     callbacks: list[str] = field(default_factory=list)
+    # the share of stop.max_env_steps after which a run whose best return has not left a random
+    # policy's level says it is stuck and what to try (mlxe.runtime.stuck); null: never checked
+    stuck_after: float | None = 0.25
 
 
 @dataclass
@@ -775,6 +778,8 @@ def check(cfg: Config) -> None:
     for i, path in enumerate(cfg.run.callbacks):
         check_dotted(f"run.callbacks[{i}]", path)
     _check_track(cfg.track)
+    if cfg.run.stuck_after is not None and not 0.0 < cfg.run.stuck_after <= 1.0:
+        raise ConfigError(f"run.stuck_after: {cfg.run.stuck_after!r} is not allowed; expected a share in (0, 1] or null")
     if cfg.run.serve is not None:
         served = SERVE.fullmatch(str(cfg.run.serve))
         if served is None or int(served.group(2)) > 65535:

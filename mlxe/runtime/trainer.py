@@ -28,6 +28,7 @@ from mlxe.config import Config, save_config
 from mlxe.core import Episode
 from mlxe.runtime.callbacks import Callbacks
 from mlxe.runtime.checkpoints import CheckpointDir, CheckpointError, checkpoint_identity, load_checkpoint, run_identity
+from mlxe.runtime.stuck import StuckWatch
 from mlxe.runtime.trackers import make_tracker
 from mlxe.telemetry.metrics import MetricsWriter
 from mlxe.telemetry.progress import ProgressDisplay
@@ -64,6 +65,9 @@ class Trainer:
         # evaluate every stop.eval_every iterations even without stop.eval_return (an offline run: no
         # training episode shows how it does)
         self.evaluate_always = False
+        budget, share = cfg.stop.max_env_steps, cfg.run.stuck_after
+        watched = budget is not None and share is not None and cfg.env.api == "gymnasium"
+        self.stuck = StuckWatch(cfg, int(share * budget)) if watched else None
         self.pause_at = pause_at
         self.run_dir = Path(run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints", cfg.run.keep_checkpoints)
@@ -235,6 +239,11 @@ class Trainer:
             "updates_per_s": round(self._rates[1], 2),
             "eval_return": self.last_eval if self.last_eval is not None else "",
         }
+        if self.stuck is not None:  # before the row and the display, which show it
+            shown = self.last_eval if self.last_eval is not None else (self.stats.ma_return if self.episodes else None)
+            line = self.stuck.update(self.env_steps, shown)
+            if line is not None:
+                self.say(line)
         row.update({k: round(v, 6) for k, v in info.items()})
         self.metrics.log(row)
         self._flush_episodes()
@@ -264,6 +273,7 @@ class Trainer:
             "updates_per_s": self._rates[1],
             "elapsed_s": self.wall_s,
             **self.display_extra,
+            **({"state": "stuck"} if self.stuck is not None and self.stuck.stuck else {}),
         }
 
     def check_stop(self) -> str | None:
@@ -386,6 +396,8 @@ class Trainer:
         }
         if error is not None:
             summary["error"] = error
+        if self.stuck is not None and self.stuck.report is not None:
+            summary["stuck"] = self.stuck.report
         if evaluation is not None:
             summary["evaluation"] = evaluation
         if evaluation_last is not None:

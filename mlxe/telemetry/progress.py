@@ -48,6 +48,7 @@ _OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dropped", "dropped", "count"),
     ("rejected", "rejected", "count"),
     ("restarts", "restarts", "count"),
+    ("state", "state", "text"),  # "stuck" (mlxe.runtime.stuck)
 )
 
 
