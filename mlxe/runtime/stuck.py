@@ -52,7 +52,10 @@ class StuckWatch:
             self.best = value if self.best is None else max(self.best, value)
         if not self.checked and env_steps >= self.after:
             self.checked = True
-            found = probe(self.cfg.env, seed=self.cfg.seed)
+            try:
+                found = probe(self.cfg.env, seed=self.cfg.seed)
+            except Exception as e:  # the run's own environments play on: a check must not stop it
+                return f"stuck check skipped: the random-policy probe of {self.cfg.env.id!r} failed: {e}"
             if found is None or self.best is None or self.best > level(found):
                 return None
             self.report = {

@@ -60,3 +60,13 @@ def test_a_run_above_the_level_at_the_check_is_not_stuck(monkeypatch):
 def test_a_bad_share_is_named():
     with pytest.raises(ConfigError, match=r"run.stuck_after: 1.5 is not allowed; expected a share in \(0, 1\] or null"):
         mlxe.load_config(None, ["run.stuck_after=1.5"])
+
+
+def test_a_probe_that_fails_skips_the_check_and_the_run_goes_on(monkeypatch):
+    def broken(env, seed=0):
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(stuck, "probe", broken)
+    watch = StuckWatch(mlxe.load_config(None, []), after=100)
+    assert watch.update(100, -70.0) == "stuck check skipped: the random-policy probe of 'CartPole-v1' failed: no display"
+    assert watch.report is None and watch.update(200, -70.0) is None
