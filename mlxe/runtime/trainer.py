@@ -273,7 +273,7 @@ class Trainer:
             "updates_per_s": self._rates[1],
             "elapsed_s": self.wall_s,
             **self.display_extra,
-            **({"state": "stuck"} if self.stuck is not None and self.stuck.stuck else {}),
+            **({"stuck": "stuck"} if self.stuck is not None and self.stuck.stuck else {}),
         }
 
     def check_stop(self) -> str | None:

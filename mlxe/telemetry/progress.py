@@ -48,7 +48,7 @@ _OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dropped", "dropped", "count"),
     ("rejected", "rejected", "count"),
     ("restarts", "restarts", "count"),
-    ("state", "state", "text"),  # "stuck" (mlxe.runtime.stuck)
+    ("stuck", "state", "text"),  # "stuck" while a run is (mlxe.runtime.stuck)
 )
 
 
