@@ -32,7 +32,7 @@ class Probe:
         return asdict(self)
 
 
-def probe(env: EnvConfig, episodes: int = 10, max_steps: int = 20_000, seed: int = 0) -> Probe | None:
+def probe(env: EnvConfig, episodes: int = 10, max_steps: int = 10_000, seed: int = 0) -> Probe | None:
     """Play up to ``episodes`` episodes of uniform random actions, at most ``max_steps`` steps in all;
     None where no episode ended within them (the level cannot be told). A ConfigError names the
     environment where a reward is not finite."""

@@ -11,8 +11,12 @@ training episodes. The run goes on either way; one that leaves the level later i
 
 from __future__ import annotations
 
+import threading
+
 from mlxe.config import Config
 from mlxe.envs.probe import Probe, probe
+
+PROBE_TIMEOUT_S = 60.0  # the probe's time without env.step_timeout
 
 
 def level(p: Probe) -> float:
@@ -52,10 +56,9 @@ class StuckWatch:
             self.best = value if self.best is None else max(self.best, value)
         if not self.checked and env_steps >= self.after:
             self.checked = True
-            try:
-                found = probe(self.cfg.env, seed=self.cfg.seed)
-            except Exception as e:  # the run's own environments play on: a check must not stop it
-                return f"stuck check skipped: the random-policy probe of {self.cfg.env.id!r} failed: {e}"
+            found, failure = self.probe()
+            if failure is not None:  # the run's own environments play on: a check must not stop it
+                return f"stuck check skipped: the random-policy probe of {self.cfg.env.id!r} {failure}"
             if found is None or self.best is None or self.best > level(found):
                 return None
             self.report = {
@@ -69,6 +72,28 @@ class StuckWatch:
             self.report["left_at_env_steps"] = env_steps
             return f"no longer stuck: the best return ({self.best:g}) left the random policy's level at {env_steps:,} env steps"
         return None
+
+    def probe(self) -> tuple[Probe | None, str | None]:
+        """(the probe, or None where no episode ended; what went wrong, or None). It plays in a thread
+        of its own, given ``env.step_timeout`` (else :data:`PROBE_TIMEOUT_S`): an environment that hangs
+        is left behind there, as an ISTB Executor's hung thread is, and the run goes on."""
+        result: dict = {}
+
+        def play() -> None:
+            try:
+                result["probe"] = probe(self.cfg.env, seed=self.cfg.seed)
+            except Exception as e:
+                result["error"] = e
+
+        thread = threading.Thread(target=play, name="stuck-probe", daemon=True)
+        thread.start()
+        timeout = self.cfg.env.step_timeout or PROBE_TIMEOUT_S
+        thread.join(timeout)
+        if thread.is_alive():
+            return None, f"took over {timeout:g} s"
+        if "error" in result:
+            return None, f"failed: {result['error']}"
+        return result["probe"], None
 
     @property
     def stuck(self) -> bool:

@@ -70,3 +70,13 @@ def test_a_probe_that_fails_skips_the_check_and_the_run_goes_on(monkeypatch):
     watch = StuckWatch(mlxe.load_config(None, []), after=100)
     assert watch.update(100, -70.0) == "stuck check skipped: the random-policy probe of 'CartPole-v1' failed: no display"
     assert watch.report is None and watch.update(200, -70.0) is None
+
+
+def test_a_probe_that_hangs_is_left_behind(monkeypatch):
+    import time
+
+    monkeypatch.setattr(stuck, "probe", lambda env, seed=0: time.sleep(30))
+    watch = StuckWatch(mlxe.load_config(None, ["env.step_timeout=0.2"]), after=100)
+    started = time.monotonic()
+    assert watch.update(100, -70.0) == "stuck check skipped: the random-policy probe of 'CartPole-v1' took over 0.2 s"
+    assert time.monotonic() - started < 5
