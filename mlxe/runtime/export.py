@@ -143,6 +143,12 @@ def export_policy(
     ExportError where the graph cannot be written or does not act as ``predict``."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not an export format; expected one of {', '.join(FORMATS)}")
+    if fmt == "onnx":  # the exporter (onnx, onnxscript) and the parity check (onnxruntime), before anything is loaded
+        try:
+            import onnxruntime  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(f"--format onnx needs the onnx extra: pip install 'mlxe[onnx]' ({e})") from None
     trained = load_policy(source, last)
     run_dir = trained.checkpoint.parent.parent
     out = Path(out) if out is not None else run_dir / "export" / f"policy{FORMATS[fmt]}"
@@ -188,8 +194,6 @@ def write(module: ExportedPolicy, fmt: str, path: Path, examples: list[np.ndarra
                 input_names=[x["name"] for x in inputs], output_names=[x["name"] for x in outputs],
                 dynamic_shapes=({0: batch}, rest) if rest else ({0: batch},), verbose=False,
             )
-    except ImportError as e:
-        raise ConfigError(f"--format onnx needs the onnx extra: pip install 'mlxe[onnx]' ({e})") from e
     except Exception as e:  # the exporter's own errors name the operation it cannot express
         raise ExportError(f"{fmt} export failed: {summary(e)}") from e
 

@@ -145,3 +145,11 @@ def test_the_cli_writes_the_default_files(tmp_path, capsys):
     assert main(["export", run, "--format", "torchscript", "--last"]) == 0
     assert "checked against predict" in capsys.readouterr().out
     assert next(tmp_path.glob("*/export/policy.pt")).is_file() and next(tmp_path.glob("*/export/policy.json")).is_file()
+
+
+def test_onnx_without_its_extra_names_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if it were not installed
+    with pytest.raises(ConfigError, match=r"--format onnx needs the onnx extra: pip install 'mlxe\[onnx\]'"):
+        export_policy(tmp_path, "onnx")
