@@ -412,8 +412,8 @@ class RunConfig:
     # with no arguments, after those passed to mlxe.train(callbacks=...)
     callbacks: list[str] = field(default_factory=list)
     # the share of stop.max_env_steps after which a run whose best return has not left a random
-    # policy's level says it is stuck and what to try (mlxe.runtime.stuck); null: never checked
-    stuck_after: float | None = 0.25
+    # policy's level says it is stuck and what to try (mlxe.runtime.stuck), e.g. 0.25; null: never checked
+    stuck_after: float | None = None
 
 
 @dataclass
