@@ -1,12 +1,24 @@
 """A config for an environment without a config file: ``mlxe train --env ID [--algo NAME]``.
 
-The settings are Stable-Baselines3's defaults for each algorithm (what users compare with), adapted
-where MLxE's runtime differs: on-policy algorithms collect 2 Executors x 8 environments, off-policy
-ones step one environment in the Learner's process, continuous control normalizes observations and
-rewards. What depends on the environment is read from it: the action space picks the algorithm when
-none is given, image observations get the Nature CNN, and the evaluation schedule, the goal and the
-episode cap follow the environment's registration. A tuned entry of the zoo
-(``configs/zoo/<algo>/<env id>.yaml``) replaces the defaults when there is one.
+The settings start from Stable-Baselines3's defaults for each algorithm (what users compare with),
+adapted where MLxE's runtime differs: on-policy algorithms collect 2 Executors x 8 environments,
+off-policy ones step one environment in the Learner's process, continuous control normalizes
+observations and rewards. The rest follows from what the environment is:
+
+- its spaces: the action space picks the algorithm when none is given, image observations get the
+  Nature CNN, MiniGrid's symbolic view is read as one-hot cells (:mod:`mlxe.envs.minigrid`);
+- its registration: the goal, the episode cap and the evaluation schedule;
+- a short random-policy probe (:mod:`mlxe.envs.probe`): a task whose random episodes all score the
+  same (a sparse one) gets a longer horizon where episodes are long; returns of thousands get
+  reward normalization; episodes that never end, rewards that are not finite, or a probe that
+  raises are errors naming the environment. Curiosity (``icm``) is not turned on: at its fixed
+  scale its reward outweighs a sparse task's own (MiniGrid's DoorKey went unsolved with it and is
+  solved without); the stuck check names it as a remedy.
+
+Each choice is one line of :attr:`Defaults.notes`, printed and saved with the run. A tuned entry of
+the zoo (``configs/zoo/<algo>/<env id>.yaml``) replaces the defaults when there is one. Either way
+the run checks at a quarter of its budget whether it has left the random policy's level
+(``run.stuck_after``, :mod:`mlxe.runtime.stuck`).
 """
 
 from __future__ import annotations
@@ -17,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxe.config import ConfigError, apply_overrides
+from mlxe.config import ConfigError, EnvConfig, apply_overrides, build
+from mlxe.envs import minigrid
+from mlxe.envs.probe import MAX_STEPS as PROBE_STEPS
+from mlxe.envs.probe import Probe, probe
 
 ZOO = Path(__file__).resolve().parents[1] / "configs" / "zoo"
 
@@ -29,8 +44,10 @@ DEFAULT_ALGO = {"discrete": "ppo", "continuous": "sac", "parts": "ppo", "hybrid"
 
 BUDGET_ENV_STEPS = 1_000_000
 EVAL_EPISODES = 10
-UNCAPPED_EPISODE_STEPS = 1_000  # what the evaluation schedule assumes of an env without a cap
 NATURE_CNN_MIN_SIDE = 36  # the smallest image side the Nature CNN's three layers reduce to >= 1
+STUCK_AFTER = 0.25  # the share of the budget after which a run still at the random level says so
+LONG_EPISODES = 200  # random episodes at least this long (mean steps): a sparse task's gamma is 0.999
+LARGE_RETURNS = 1_000  # random returns of this size (mean or spread): rewards are normalized
 
 # Per algorithm: the ``algo:`` section and the layout of one iteration (Executors x environments x
 # steps per environment). Keys left out keep the algorithm's own defaults (``mlxe/algos/<name>.py``).
@@ -203,10 +220,14 @@ def defaults_for(
 
     overrides = list(overrides or [])
     env_section = apply_overrides({"env": {"id": env_id}}, [o for o in overrides if o.startswith("env.")])["env"]
+    notes = []
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         env_section.setdefault("atari", True)
+    if minigrid.is_minigrid(env_id) and "wrappers" not in env_section:
+        env_section["wrappers"] = [minigrid.WRAPPER]
+        notes.append(f"env.wrappers: [{minigrid.WRAPPER}] (MiniGrid's view as one-hot cells and direction)")
     facts = inspect_env(env_section)
-    notes = [f"{env_id}: actions {facts.action_space}, observations {facts.observation_space}"]
+    notes.insert(0, f"{env_id}: actions {facts.action_space}, observations {facts.observation_space}")
     if algo is None:
         algo = DEFAULT_ALGO[facts.action_kind]
         notes.append(f"algo.name: {algo} (no --algo: the default for {facts.action_kind} actions)")
@@ -217,14 +238,49 @@ def defaults_for(
         tree = read_yaml(tuned)
         notes.append(f"the zoo's tuned config {tuned.relative_to(ZOO.parents[1])}")
     else:
-        tree = _defaults_tree(algo, facts)
+        found = probe_env(env_section)
+        tree = _defaults_tree(algo, facts, found)
         tree["env"] = {**tree["env"], **env_section}
-        notes += _describe(tree, facts)
+        notes += _describe(tree, facts, found)
+        notes += _from_probe(tree, algo, found)
+    tree.setdefault("run", {}).setdefault("stuck_after", STUCK_AFTER)
     apply_overrides(tree, overrides)
     return Defaults(tree=tree, algo=algo, facts=facts, notes=notes)
 
 
-def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
+def probe_env(env: dict[str, Any]) -> Probe:
+    """The random-policy probe of an ``env:`` section; a ConfigError naming the environment and what
+    the probe saw where it raises, sees a reward that is not finite, or sees no episode end."""
+    section = build(EnvConfig, dict(env), "env.")
+    try:
+        found = probe(section)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"env.id: {env['id']!r} failed under a random policy: {type(exc).__name__}: {exc}") from exc
+    if found is None:
+        raise ConfigError(
+            f"env.id: {env['id']!r}: no episode of a random policy ended within {PROBE_STEPS:,} steps; give it a cap "
+            "(env.max_episode_steps=N) so that episodes end and evaluations can be played"
+        )
+    return found
+
+
+def _from_probe(tree: dict[str, Any], algo: str, found: Probe) -> list[str]:
+    """Set what the probe calls for in ``tree``; one note per choice."""
+    notes = []
+    if found.sparse and found.mean_length >= LONG_EPISODES and tree["algo"].get("gamma", 0.99) < 0.999:
+        tree["algo"]["gamma"] = 0.999
+        notes.append(f"algo.gamma: 0.999 (a sparse task: every random episode returned {found.mean_return:g}, "
+                     f"in {found.mean_length:.0f} steps on average)")
+    scale = max(abs(found.mean_return), found.std_return)
+    if scale >= LARGE_RETURNS and algo not in OFF_POLICY and not tree["filters"]["reward"]:
+        tree["filters"]["reward"] = True
+        notes.append(f"filters.reward: true (random returns of order {scale:.3g})")
+    return notes
+
+
+def _defaults_tree(algo: str, facts: EnvFacts, found: Probe) -> dict[str, Any]:
     own = copy.deepcopy(ALGO_DEFAULTS[algo])
     off_policy = algo in OFF_POLICY
     continuous = facts.action_kind == "continuous"
@@ -267,7 +323,7 @@ def _defaults_tree(algo: str, facts: EnvFacts) -> dict[str, Any]:
         tree["model"].update({"core": "lstm", "core_size": 512 if facts.image else 64})
 
     per_iteration = executors * envs * max(int(tree["rollout"].get("steps", 32)), 1)
-    cap = facts.episode_cap or UNCAPPED_EPISODE_STEPS
+    cap = facts.episode_cap or found.max_length
     # EVAL_EPISODES greedy episodes every EVAL_EPISODES episode caps of training: evaluation plays
     # at most as many steps as training (and a greedy step costs no learning).
     eval_every = max(1, math.ceil(EVAL_EPISODES * cap / per_iteration))
@@ -299,7 +355,7 @@ def _model(algo: str, facts: EnvFacts) -> dict[str, Any]:
     return {"trunk": [], "policy_head": [64, 64], "value_head": [64, 64], "activation": "tanh"}
 
 
-def _describe(tree: dict[str, Any], facts: EnvFacts) -> list[str]:
+def _describe(tree: dict[str, Any], facts: EnvFacts, found: Probe) -> list[str]:
     stop = tree["stop"]
     cap = facts.episode_cap
     goal = (
@@ -311,5 +367,8 @@ def _describe(tree: dict[str, Any], facts: EnvFacts) -> list[str]:
         goal,
         f"stop.max_env_steps: {stop['max_env_steps']:,}; {stop['eval_episodes']} greedy episodes every "
         f"{stop['eval_every']} iterations; "
-        + (f"episodes capped at {cap:,} steps (the environment's own)" if cap else "no episode cap (the environment has none)"),
+        + (f"episodes capped at {cap:,} steps (the environment's own)" if cap else
+           f"no registered episode cap (random episodes last up to {found.max_length:,} steps)"),
+        f"random policy: return {found.mean_return:g} +- {found.std_return:g} over {found.episodes} episodes of "
+        f"{found.mean_length:.0f} steps on average" + (" (sparse: every episode the same)" if found.sparse else ""),
     ]

@@ -147,3 +147,55 @@ def test_defaults_alone_solve_pendulum(tmp_path):
     summary = mlxe.train(from_dict(chosen.tree)).summary
     assert summary["stop_reason"] == "eval_return", summary
     assert summary["evaluation"]["mean_return"] >= -300
+
+
+def test_a_sparse_task_with_long_episodes_gets_a_longer_horizon_and_a_dense_one_does_not():
+    mountain = defaults_for("MountainCar-v0", "a2c", zoo=False)  # a random policy scores -200 in every episode
+    assert mountain.tree["algo"]["gamma"] == 0.999
+    assert any(n.startswith("algo.gamma: 0.999 (a sparse task: every random episode returned -200") for n in mountain.notes)
+    assert "sparse: every episode the same" in " ".join(mountain.notes)
+    assert defaults_for("CartPole-v1", "a2c", zoo=False).tree["algo"]["gamma"] == 0.99
+    assert defaults_for("MountainCar-v0", "a2c", ["env.max_episode_steps=100"], zoo=False).tree["algo"]["gamma"] == 0.99
+    assert from_dict(mountain.tree).algo.gamma == 0.999
+
+
+def test_large_random_returns_turn_on_reward_normalization():
+    assert defaults_for("tests.envs.probe_cases:LargeRewards", "ppo").tree["filters"]["reward"]
+    assert not defaults_for("tests.envs.probe_cases:Case", "ppo").tree["filters"]["reward"]
+
+
+def test_minigrid_is_read_as_one_hot_cells_and_its_own_episode_cap_sets_the_evaluations():
+    chosen = defaults_for("MiniGrid-DoorKey-5x5-v0", zoo=False)
+    assert chosen.tree["env"]["wrappers"] == ["mlxe.envs.minigrid:OneHotGrid"]
+    assert chosen.facts.observation_space == "Box(984,) uint8 in [0, 1]"  # 7 x 7 cells x (11 + 6 + 3), 4 directions
+    assert "sparse: every episode the same" in " ".join(chosen.notes)  # a random policy never opens the door
+    assert chosen.tree["stop"]["eval_every"] == 2  # ceil(10 * 250 / 2048): its episodes end at 250 steps
+    assert from_dict(chosen.tree).env.wrappers == ["mlxe.envs.minigrid:OneHotGrid"]
+
+
+def test_every_run_without_a_config_file_checks_whether_it_is_stuck():
+    assert defaults_for("CartPole-v1", zoo=False).tree["run"]["stuck_after"] == 0.25
+    assert defaults_for("CartPole-v1", "ppo").tree["run"]["stuck_after"] == 0.25  # the zoo's entry
+    assert defaults_for("CartPole-v1", "ppo", ["run.stuck_after=null"]).tree["run"]["stuck_after"] is None
+
+
+@pytest.mark.parametrize("case, seen", [
+    ("RaisingStep", "failed under a random policy: RuntimeError: the simulator lost its connection"),
+    ("NanReward", "gave a reward of nan to a random policy"),
+    ("Endless", "no episode of a random policy ended within 10,000 steps; give it a cap"),
+])
+def test_an_environment_whose_probe_fails_is_named_with_what_the_probe_saw(case, seen):
+    with pytest.raises(ConfigError, match=rf"env.id: 'tests.envs.probe_cases:{case}'.*{seen}"):
+        defaults_for(f"tests.envs.probe_cases:{case}", "ppo")
+
+
+def test_defaults_alone_solve_a_sparse_task(tmp_path):
+    """PPO with the defaults on MiniGrid's DoorKey-5x5, whose random policy never scores (the probe
+    calls it sparse): a greedy mean of 0.9 over 10 episodes (pick up the key, open the door, reach the
+    goal in about 25 steps of its 250) within 129,024 env steps. Seeds 0-4 reached it at 81,920 / 65,536
+    / 57,344 / 86,016 / 65,536 env steps (AMD EPYC, 2 cores); the budget is 1.5x the slowest; seed 2."""
+    chosen = defaults_for("MiniGrid-DoorKey-5x5-v0", None, [
+        f"run.dir={tmp_path}", "run.progress=false", "run.tensorboard=false", "run.plot=false", "seed=2",
+        "stop.max_env_steps=129024", "stop.eval_return=0.9"], zoo=False)
+    summary = mlxe.train(from_dict(chosen.tree)).summary
+    assert summary["stop_reason"] == "eval_return", summary

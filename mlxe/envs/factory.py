@@ -14,7 +14,7 @@ from gymnasium.envs.classic_control import CartPoleEnv
 from gymnasium.wrappers import TimeLimit
 
 from mlxe.config import ConfigError, EnvConfig
-from mlxe.envs import masks, ocean, pomdp
+from mlxe.envs import masks, minigrid, ocean, pomdp
 from mlxe.envs.cartpole_task import CartPoleTask
 
 __all__ = ["TASK_KEYS", "make_env", "env_spaces", "action_nvec", "action_parts", "to_env_action", "action_layout", "mask_width", "observation_layout",
@@ -181,6 +181,8 @@ def _make_registered(
         _register_atari()
     if env_id not in gymnasium.registry and env_id.startswith("MinAtar/"):
         _register_minatar()
+    if env_id not in gymnasium.registry and minigrid.is_minigrid(env_id):
+        minigrid.register()
     if env_id not in gymnasium.registry:
         matches = difflib.get_close_matches(env_id, list(gymnasium.registry.keys()), n=3)
         hint = (

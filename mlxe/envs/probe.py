@@ -14,6 +14,9 @@ import numpy as np
 
 from mlxe.config import ConfigError, EnvConfig
 
+EPISODES = 10
+MAX_STEPS = 10_000
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -23,6 +26,7 @@ class Probe:
     mean_return: float
     std_return: float  # across episodes
     mean_length: float
+    max_length: int
     steps: int
     varied_share: float  # of the steps, those whose reward differs from the probe's first reward
     sparse: bool  # every episode had the same return: nothing a random policy did made a difference
@@ -32,7 +36,7 @@ class Probe:
         return asdict(self)
 
 
-def probe(env: EnvConfig, episodes: int = 10, max_steps: int = 10_000, seed: int = 0) -> Probe | None:
+def probe(env: EnvConfig, episodes: int = EPISODES, max_steps: int = MAX_STEPS, seed: int = 0) -> Probe | None:
     """Play up to ``episodes`` episodes of uniform random actions, at most ``max_steps`` steps in all;
     None where no episode ended within them (the level cannot be told). A ConfigError names the
     environment where a reward is not finite."""
@@ -64,5 +68,5 @@ def probe(env: EnvConfig, episodes: int = 10, max_steps: int = 10_000, seed: int
     varied = float(np.mean(np.asarray(rewards) != rewards[0]))
     same = bool(np.ptp(returns) <= 1e-6 * max(1.0, abs(returns[0])))
     box = isinstance(instance.action_space, gymnasium.spaces.Box)
-    return Probe(len(returns), float(np.mean(returns)), float(np.std(returns)), float(np.mean(lengths)), len(rewards),
-                 varied, same, box)
+    return Probe(len(returns), float(np.mean(returns)), float(np.std(returns)), float(np.mean(lengths)), max(lengths),
+                 len(rewards), varied, same, box)

@@ -34,7 +34,7 @@ def test_a_learning_run_is_not_stuck(tmp_path):
 
 
 def fake_probe(monkeypatch, mean: float, std: float, sparse: bool = False, box: bool = False):
-    found = Probe(10, mean, std, 50.0, 500, 0.5, sparse, box)
+    found = Probe(10, mean, std, 50.0, 50, 500, 0.5, sparse, box)
     monkeypatch.setattr(stuck, "probe", lambda env, seed=0: found)
     return found
 
