@@ -51,11 +51,20 @@ def _train(args: argparse.Namespace) -> int:
     if [args.resume, args.env, config].count(None) != 2:
         print("mlxe train: give one of a CONFIG file, --env ID or --resume RUN_DIR", file=sys.stderr)
         return 2
+    if (args.budget is not None or args.parallel is not None) and not args.auto:
+        print("mlxe train: --budget and --parallel go with --auto", file=sys.stderr)
+        return 2
+    if args.auto:
+        if args.env is None or args.algo is not None or args.no_zoo or args.pause_at is not None:
+            print("mlxe train: --auto goes with --env ID (it picks the algorithms; no --algo, --no-zoo or --pause-at)",
+                  file=sys.stderr)
+            return 2
+        return _race(args.env, overrides, args.budget, args.parallel)
     if args.env is not None:
         config = _defaults_config(args.env, args.algo, overrides, zoo=not args.no_zoo)
         overrides = []
     progress = False if args.no_progress else None
-    result = train(config, overrides, resume=args.resume, progress=progress)
+    result = train(config, overrides, resume=args.resume, progress=progress, pause_at_env_steps=args.pause_at)
     s = result.summary
     print(
         f"stopped: {s['stop_reason']} after {s['episodes']} episodes, {s['env_steps']} env steps, "
@@ -70,6 +79,28 @@ def _train(args: argparse.Namespace) -> int:
             )
     print(f"run directory: {result.run_dir}")
     return 0
+
+
+def _race(env_id: str, overrides: list[str], budget: int | None, parallel: int | None) -> int:
+    from mlxe.tools.race import race
+
+    result = race(env_id, overrides, budget=budget, parallel=parallel)
+    w = result.winner
+    if w is None:
+        print(f"race: no candidate finished (see {result.race_dir / 'race.csv'})")
+        return 1
+    best = f"best greedy evaluation {w.best:g}" if w.curve else "no evaluation"
+    print(f"race: {w.name} won after {result.env_steps:,} env steps in all, {result.wall_s:.1f} s; {best}")
+    print(f"run directory: {w.run_dir}")
+    print(f"race directory: {result.race_dir}")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
 
 
 def _defaults_config(env_id: str, algo: str | None, overrides: list[str], zoo: bool):
@@ -211,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", metavar="ID", help="train this environment without a config file (defaults or the zoo)")
     p.add_argument("--algo", metavar="NAME", help="with --env: the algorithm (default: ppo for Discrete, sac for Box actions)")
     p.add_argument("--no-zoo", action="store_true", help="with --env: the defaults even where the zoo has a tuned config")
+    p.add_argument("--auto", action="store_true", help="with --env: race the algorithms that suit the env by "
+                   "successive halving within --budget env steps, and keep the best (mlxe/tools/race.py)")
+    p.add_argument("--budget", type=_positive_int, metavar="N", help="with --auto: env steps of the whole race "
+                   "(default: the defaults' stop.max_env_steps)")
+    p.add_argument("--parallel", type=_positive_int, metavar="N", help="with --auto: candidates trained at once "
+                   "(default: one per two CPUs)")
+    p.add_argument("--pause-at", type=_positive_int, metavar="N", help="pause once the run has N env steps "
+                   "(stop reason 'paused'; continue it with --resume)")
     p.add_argument("--no-progress", action="store_true", help="no live display (plain lines only at the end)")
     p.set_defaults(func=_train)
 

@@ -130,6 +130,7 @@ class Defaults:
     algo: str
     facts: EnvFacts
     notes: list[str] = field(default_factory=list)  # one line per choice made for the user
+    probe: Probe | None = None  # the random-policy probe the defaults were chosen from (None: the zoo's entry)
 
 
 def inspect_env(env: dict[str, Any]) -> EnvFacts:
@@ -234,6 +235,7 @@ def defaults_for(
     check_algo(algo, facts)
 
     tuned = zoo_file(algo, env_id)
+    found = None
     if zoo and tuned.is_file():
         tree = read_yaml(tuned)
         notes.append(f"the zoo's tuned config {tuned.relative_to(ZOO.parents[1])}")
@@ -245,7 +247,7 @@ def defaults_for(
         notes += _from_probe(tree, algo, found)
     tree.setdefault("run", {}).setdefault("stuck_after", STUCK_AFTER)
     apply_overrides(tree, overrides)
-    return Defaults(tree=tree, algo=algo, facts=facts, notes=notes)
+    return Defaults(tree=tree, algo=algo, facts=facts, notes=notes, probe=found)
 
 
 def probe_env(env: dict[str, Any]) -> Probe:

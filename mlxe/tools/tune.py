@@ -45,7 +45,7 @@ from mlxe.loading import load_config
 from mlxe.tools.search import Param, connect_ray, new_study_dir, objective_column, parse_space, read_evaluations
 
 __all__ = [
-    "TuneResult", "TrialRun", "tune", "run_trial", "make_pruner", "write_trials_csv", "plot_search", "add_parser",
+    "TuneResult", "TrialRun", "tune", "run_trial", "catch_stop_signals", "make_pruner", "write_trials_csv", "plot_search", "add_parser",
     "main",
 ]
 
@@ -82,7 +82,7 @@ class TrialRun:
 
 
 def run_trial(
-    config_yaml: str,
+    config_yaml: str | None,
     trial_dir: str | Path,
     report: Callable[[int, float], bool],
     should_stop: Callable[[], bool] = lambda: False,
@@ -91,6 +91,7 @@ def run_trial(
     every: int = 1,
     cwd: str | Path | None = None,
     poll_s: float | None = None,
+    train_args: Sequence[str] = (),
 ) -> TrialRun:
     """Train ``config_yaml`` (a whole config, its ``run.dir`` = ``trial_dir``) in a subprocess and watch it.
 
@@ -99,17 +100,22 @@ def run_trial(
     SIGTERM and finishes its iteration (``stopped``; a run that ended by itself meanwhile is not). Writes ``trial.yaml``, ``stdout.log`` and ``stderr.log`` into
     ``trial_dir``. The same function runs a local trial and, inside a Ray task, a Ray one.
     ``poll_s``: seconds between reads (default :data:`POLL_S`); ``cwd``: where the training runs
-    (an env module such as ``tests.runtime.crashing_env`` is imported from there).
+    (an env module such as ``tests.runtime.crashing_env`` is imported from there); ``train_args``:
+    more arguments of ``mlxe train``. ``config_yaml`` None: no ``trial.yaml``, the arguments say what
+    to train (``--resume RUN_DIR``); the logs are appended to.
     """
     poll_s = POLL_S if poll_s is None else poll_s
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "trial.yaml").write_text(config_yaml)
+    if config_yaml is not None:
+        (trial_dir / "trial.yaml").write_text(config_yaml)
     cwd = cwd if cwd is not None and Path(cwd).is_dir() else trial_dir  # a Ray node may lack the driver's
-    command = [sys.executable, "-m", "mlxe", "train", str(trial_dir / "trial.yaml"), "--no-progress"]
+    target = [] if config_yaml is None else [str(trial_dir / "trial.yaml")]
+    command = [sys.executable, "-m", "mlxe", "train", *target, *train_args, "--no-progress"]
     run = TrialRun(returncode=0, run_dir=None)
     reported = 0
-    with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
+    mode = "wb" if config_yaml is not None else "ab"
+    with open(trial_dir / "stdout.log", mode) as out, open(trial_dir / "stderr.log", mode) as err:
         # its own session: a Ctrl-C at the terminal reaches `mlxe tune`, which stops its trials itself
         proc = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
         stop_deadline = None
@@ -306,7 +312,7 @@ def tune(
             print(f"mlxe tune: {remaining} trials ({parallel} at once, {backend}) in {study_dir}", flush=True)
             ray_run = _RayTrials(base, parallel) if backend == "ray" else None
             objective = _Objective(config_path, list(overrides), space, column, every, study_dir, stop, ray_run)
-            old_handlers = _catch_stop_signals(stop)
+            old_handlers = catch_stop_signals(stop)
             try:
                 study.optimize(objective, n_trials=remaining, n_jobs=parallel, catch=(_TrialFailed, _Interrupted),
                                callbacks=[objective.after_trial])
@@ -454,14 +460,15 @@ def _open_study(optuna: Any, study_dir: Path, config_path: str | Path, space: li
     return study
 
 
-def _catch_stop_signals(stop: threading.Event) -> dict:
-    """SIGINT/SIGTERM set ``stop`` (the running trials are stopped cleanly); a second one aborts."""
+def catch_stop_signals(stop: threading.Event, who: str = "mlxe tune") -> dict:
+    """SIGINT/SIGTERM set ``stop`` (the running trials are stopped cleanly); a second one aborts.
+    Returns the handlers replaced, for :func:`signal.signal` to put back."""
 
     def handler(signum: int, frame: Any) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        print(f"mlxe tune: {signal.Signals(signum).name}: stopping the running trials (again to abort)",
+        print(f"{who}: {signal.Signals(signum).name}: stopping the running trials (again to abort)",
               file=sys.stderr, flush=True)
 
     old = {}
