@@ -7,8 +7,9 @@ half by its evaluation curve (its best greedy evaluation so far) goes on, to twi
 mark, until one is left, which trains to the last mark. A candidate is never restarted: each round
 resumes its run (``mlxe train --resume RUN --pause-at STEPS``), so no step is played twice. With
 ``n`` candidates the marks are ``m, 2m, 4m, ...`` and ``m`` is the largest that keeps the race within
-the budget (3 candidates: ``7m``, the survivor's run reaching ``4m``). A candidate that reaches the
-environment's goal (``stop.eval_return``) wins at once and the others are stopped.
+the budget (3 candidates: ``7m``); the survivor then trains on to what the others left of the
+budget (at least ``4m``). A candidate that reaches the environment's goal (``stop.eval_return``)
+wins at once and the others are stopped.
 
 Each candidate's curve is also compared with the random policy's level (the probe of the defaults,
 :func:`mlxe.runtime.stuck.level`): ``race.csv`` marks a candidate whose best evaluation has not
@@ -70,7 +71,8 @@ class Candidate:
     run_dir: str | None = None
     env_steps: int = 0
     curve: list[tuple[int, float]] = field(default_factory=list)  # (env steps, greedy evaluation)
-    state: str = "racing"  # racing, out (halved away), failed, goal (reached the goal), winner, interrupted
+    # racing, out (halved away), failed, goal (reached the goal), winner, stopped (another won), interrupted
+    state: str = "racing"
     error: str | None = None
 
     @property
@@ -175,6 +177,8 @@ def race(
     try:
         for k, mark in enumerate(marks):
             racing = [c for c in candidates if c.state == "racing"]
+            if len(racing) == 1:  # the survivor continues with what the others left of the budget
+                mark = marks[k] = max(mark, budget - sum(c.env_steps for c in candidates if c not in racing))
             train = functools.partial(_train_to, root=root, mark=mark, won=won, interrupted=interrupted)
             with ThreadPoolExecutor(max_workers=min(parallel, len(racing))) as pool:
                 list(pool.map(train, racing))
@@ -208,20 +212,23 @@ def _halve(racing: list[Candidate], goal: float | None, last: bool) -> Candidate
             c.state = "goal"
     reached = [c for c in racing if c.state == "goal"]
     if reached:
+        for c in racing:
+            c.state = "stopped" if c.state == "racing" else c.state  # another won while it trained
         return min(reached, key=lambda c: c.env_steps)
     alive = sorted((c for c in racing if c.state == "racing"), key=lambda c: c.best, reverse=True)
     for c in alive[1 if last else math.ceil(len(racing) / 2):]:
         c.state = "out"
     return alive[0] if last and alive else None
 
+
 def _new_race_dir(first: Defaults) -> Path:
-    base = Path(first.tree.get("run", {}).get("dir", "runs"))
+    """``<run.dir>/race-<env>-<time>``, with ``-2``, ... after it when taken."""
     name = first.facts.env_id.replace("/", "-").replace(":", "-").lower()
-    path = base / f"race-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
+    base = Path(first.tree.get("run", {}).get("dir", "runs")) / f"race-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
     while path.exists():
         n += 1
-        path = path.with_name(f"{path.name.rsplit('~', 1)[0]}~{n}")
+        path = base.with_name(f"{base.name}-{n}")
     return path
 
 
@@ -231,15 +238,20 @@ def _train_to(c: Candidate, root: Path, mark: int, won: threading.Event, interru
     def stop() -> bool:
         return won.is_set() or interrupted.is_set()
 
+    if stop():
+        return  # won or interrupted before its turn in the round
     trial_dir = root / c.name
     if c.run_dir is None:
         tree = dict(c.chosen.tree, run={**c.chosen.tree.get("run", {}), "dir": str(trial_dir), "progress": False})
         run = run_trial(yaml.safe_dump(tree, sort_keys=False), trial_dir, lambda s, v: False, stop,
                         every=c.every, train_args=["--pause-at", str(mark)])
     else:
+        budget = max(mark, int(c.chosen.tree["stop"]["max_env_steps"]))  # the survivor's may have grown
         run = run_trial(None, trial_dir, lambda s, v: False, stop, every=c.every,
-                        train_args=["--resume", c.run_dir, "--pause-at", str(mark)])
+                        train_args=["--resume", c.run_dir, "--pause-at", str(mark), f"stop.max_env_steps={budget}"])
     c.run_dir = run.run_dir or c.run_dir
+    if run.returncode != 0 and run.stopped:
+        return  # told to stop while it started: nothing to read
     if run.returncode != 0:
         c.state, c.error = "failed", run.error
         return
@@ -273,11 +285,13 @@ def _write(result: RaceResult, rows: list[dict[str, Any]], budget: int, goal: fl
     w = result.winner
     (root / "race.json").write_text(json.dumps({
         "winner": w.name if w else None, "winner_run_dir": w.run_dir if w else None,
-        "winner_best_eval_return": w.best if w and w.curve else None, "goal": goal, "goal_reached": bool(w and w.state == "winner" and _reached(w, goal)),
+        "winner_best_eval_return": w.best if w and w.curve else None,
+        "goal": goal, "goal_reached": bool(w and _reached(w, goal)),
         "budget": budget, "marks": result.marks, "env_steps": result.env_steps, "wall_s": round(result.wall_s, 1),
         "random_level": random_level, "interrupted": result.interrupted,
-        "candidates": {c.name: {"state": c.state, "env_steps": c.env_steps, "best_eval_return": c.best if c.curve else None,
-                                "run_dir": c.run_dir, "error": c.error} for c in result.candidates},
+        "candidates": {c.name: {"state": c.state, "env_steps": c.env_steps,
+                                "best_eval_return": c.best if c.curve else None, "run_dir": c.run_dir,
+                                "error": c.error} for c in result.candidates},
     }, indent=2))
     _plot(result, goal, random_level)
 

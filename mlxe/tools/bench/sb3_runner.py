@@ -49,6 +49,19 @@ def zoo_hyperparams(algo: str, env_id: str) -> dict:
     return dict(table[env_id])
 
 
+def env_wrapper(path: str | None):
+    """RL-Zoo's ``env_wrapper`` (a ``package.module.Class`` path) as a class, importing its package
+    (which registers its ids, e.g. ``minigrid``); None for none."""
+    import importlib
+
+    if path is None:
+        return None
+    if not isinstance(path, str):
+        raise SystemExit(f"env_wrapper {path!r}: only a single wrapper class path is supported here")
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
 def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None, total_steps: int | None = None):
     """(model, n_envs, normalize) built as RL-Zoo's ``train.py`` would, with DummyVecEnv;
     ``overrides``: ``key=value`` strings replacing RL-Zoo's values. ``total_steps``: what ``learn``
@@ -92,7 +105,7 @@ def build(algo: str, env_id: str, seed: int, overrides: list[str] | None = None,
         kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # AtariWrapper skips the frames
         env = VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs), hp.pop("frame_stack"))
     else:
-        env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+        env = make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=env_wrapper(hp.pop("env_wrapper", None)))
     if normalize:
         kwargs = normalize if isinstance(normalize, dict) else {}
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)
@@ -120,7 +133,8 @@ def solve(args: argparse.Namespace) -> dict:
 
     model, n_envs, normalize = build(args.algo, args.env, args.seed, args.hp, args.max_steps)
     # one environment per evaluation episode, played side by side (as MLxE's evaluation does)
-    eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000)
+    wrapper = env_wrapper(zoo_hyperparams(args.algo, args.env).get("env_wrapper")) if not is_atari(args.env) else None
+    eval_env = make_vec_env(args.env, n_envs=args.eval_episodes, seed=args.seed + 10_000, wrapper_class=wrapper)
     if normalize:
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
 
