@@ -199,3 +199,21 @@ def test_defaults_alone_solve_a_sparse_task(tmp_path):
         "stop.max_env_steps=129024", "stop.eval_return=0.9"], zoo=False)
     summary = mlxe.train(from_dict(chosen.tree)).summary
     assert summary["stop_reason"] == "eval_return", summary
+
+
+@pytest.mark.parametrize("env_id, kind, algo, encoder", [
+    ("CartPole-v1", "discrete", "ppo", None),  # a vector, Discrete actions
+    (CATCH, "discrete", "ppo", "cnn"),  # an image
+    ("tests.envs.catch:CatchDict", "discrete", "ppo", None),  # a dict of an image and a Discrete part
+    ("tests.envs.catch:ContinuousCatch", "continuous", "sac", "cnn"),  # an image, Box actions
+    ("Pendulum-v1", "continuous", "sac", None),
+    ("tests.envs.parts:Parts", "parts", "ppo", None),  # categorical parts
+    ("tests.envs.hybrid:Aim", "hybrid", "ppo", None),  # categorical and Box parts
+    ("MiniGrid-Empty-8x8-v0", "discrete", "ppo", None),  # MiniGrid's symbolic view, as one-hot cells
+])
+def test_defaults_resolve_for_each_observation_and_action_kind(env_id, kind, algo, encoder):
+    chosen = defaults_for(env_id, zoo=False)
+    assert chosen.facts.action_kind == kind and chosen.algo == algo
+    assert chosen.tree["model"].get("encoder") == encoder
+    cfg = from_dict(chosen.tree)  # a config that loads: every key read, every value allowed
+    assert cfg.algo.name == algo and cfg.stop.eval_every >= 1 and chosen.probe is not None
