@@ -74,6 +74,7 @@ class Candidate:
     # racing, out (halved away), failed, goal (reached the goal), winner, stopped (another won), interrupted
     state: str = "racing"
     error: str | None = None
+    finished: bool = False  # its run stopped by a condition of its own (its budget): nothing left to train
 
     @property
     def best(self) -> float:
@@ -168,8 +169,6 @@ def race(
     rows: list[dict[str, Any]] = []
     won, interrupted = threading.Event(), threading.Event()
     winner = None
-    for c in candidates:
-        c.chosen.tree["stop"]["max_env_steps"] = marks[-1]  # what anneals spans the survivor's horizon
     print(f"race: {len(candidates)} candidates ({', '.join(c.name for c in candidates)}) within {budget:,} env steps; "
           f"rounds to {', '.join(f'{m:,}' for m in marks)} env steps; {root}")
 
@@ -238,17 +237,19 @@ def _train_to(c: Candidate, root: Path, mark: int, won: threading.Event, interru
     def stop() -> bool:
         return won.is_set() or interrupted.is_set()
 
-    if stop():
-        return  # won or interrupted before its turn in the round
+    if stop() or c.finished:
+        return  # won or interrupted before its turn in the round, or nothing left to train
     trial_dir = root / c.name
     if c.run_dir is None:
-        tree = dict(c.chosen.tree, run={**c.chosen.tree.get("run", {}), "dir": str(trial_dir), "progress": False})
+        # its own config, budget and schedules as a run of it alone would have them, paused at the
+        # marks; no greedy evaluation at each pause (the curve ranks it; `mlxe eval` the winner)
+        tree = dict(c.chosen.tree, run={**c.chosen.tree.get("run", {}), "dir": str(trial_dir), "progress": False,
+                                         "eval_after": 0})
         run = run_trial(yaml.safe_dump(tree, sort_keys=False), trial_dir, lambda s, v: False, stop,
                         every=c.every, train_args=["--pause-at", str(mark)])
     else:
-        budget = max(mark, int(c.chosen.tree["stop"]["max_env_steps"]))  # the survivor's may have grown
         run = run_trial(None, trial_dir, lambda s, v: False, stop, every=c.every,
-                        train_args=["--resume", c.run_dir, "--pause-at", str(mark), f"stop.max_env_steps={budget}"])
+                        train_args=["--resume", c.run_dir, "--pause-at", str(mark)])
     c.run_dir = run.run_dir or c.run_dir
     if run.returncode != 0 and run.stopped:
         return  # told to stop while it started: nothing to read
@@ -261,6 +262,8 @@ def _train_to(c: Candidate, root: Path, mark: int, won: threading.Event, interru
     if summary["stop_reason"] == "eval_return":
         c.state = "goal"
         won.set()  # the others stop at their iteration's end
+    elif summary["stop_reason"] not in ("paused", "interrupted"):
+        c.finished = True
 
 
 def _reached(c: Candidate, goal: float | None) -> bool:
