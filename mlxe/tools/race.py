@@ -3,13 +3,13 @@
 The candidates are the defaults (or the zoo's tuned entry, where it has one) of the algorithms that
 suit the environment's action space (:data:`PORTFOLIO`), each a full run of its own. They share one
 budget of env steps. Round 0 trains every candidate to ``m`` env steps; after each round the better
-half by its evaluation curve (its best greedy evaluation so far) goes on, to twice the previous
-mark, until one is left, which trains to the last mark. A candidate is never restarted: each round
-resumes its run (``mlxe train --resume RUN --pause-at STEPS``), so no step is played twice. With
-``n`` candidates the marks are ``m, 2m, 4m, ...`` and ``m`` is the largest that keeps the race within
-the budget (3 candidates: ``7m``); the survivor then trains on to what the others left of the
-budget (at least ``4m``). A candidate that reaches the environment's goal (``stop.eval_return``)
-wins at once and the others are stopped.
+half by its evaluation curve (its best greedy evaluation so far; equal ones by the moving average of
+its training returns) goes on, to twice the previous mark, until one is left. A candidate is never
+restarted: each round resumes its run (``mlxe train --resume RUN --pause-at STEPS``), so no step is
+played twice, and it keeps its own budget and schedules. With ``n`` candidates the marks are ``m, 2m,
+4m, ...`` and ``m`` is the largest that keeps the race within the budget (3 candidates: ``7m``); the
+survivor then trains on to what the others left of the budget (at least ``4m``). A candidate that
+reaches the environment's goal (``stop.eval_return``) wins at once and the others are stopped.
 
 Each candidate's curve is also compared with the random policy's level (the probe of the defaults,
 :func:`mlxe.runtime.stuck.level`): ``race.csv`` marks a candidate whose best evaluation has not
@@ -71,6 +71,7 @@ class Candidate:
     run_dir: str | None = None
     env_steps: int = 0
     curve: list[tuple[int, float]] = field(default_factory=list)  # (env steps, greedy evaluation)
+    ma_return: float = -math.inf  # its training episodes' moving average: what breaks ties of the curves
     # racing, out (halved away), failed, goal (reached the goal), winner, stopped (another won), interrupted
     state: str = "racing"
     error: str | None = None
@@ -214,7 +215,8 @@ def _halve(racing: list[Candidate], goal: float | None, last: bool) -> Candidate
         for c in racing:
             c.state = "stopped" if c.state == "racing" else c.state  # another won while it trained
         return min(reached, key=lambda c: c.env_steps)
-    alive = sorted((c for c in racing if c.state == "racing"), key=lambda c: c.best, reverse=True)
+    # by best greedy evaluation; equal ones (all still at the random policy's level, say) by training returns
+    alive = sorted((c for c in racing if c.state == "racing"), key=lambda c: (c.best, c.ma_return), reverse=True)
     for c in alive[1 if last else math.ceil(len(racing) / 2):]:
         c.state = "out"
     return alive[0] if last and alive else None
@@ -258,6 +260,8 @@ def _train_to(c: Candidate, root: Path, mark: int, won: threading.Event, interru
         return
     summary = json.loads((Path(c.run_dir) / "summary.json").read_text())
     c.env_steps = int(summary["env_steps"])
+    ma = summary.get("ma_return")
+    c.ma_return = float(ma) if ma is not None and math.isfinite(ma) else -math.inf
     c.curve = read_evaluations(Path(c.run_dir) / "metrics.csv", "eval_return", c.every)
     if summary["stop_reason"] == "eval_return":
         c.state = "goal"
