@@ -209,13 +209,15 @@ def zoo_file(algo: str, env_id: str) -> Path:
 
 
 def defaults_for(
-    env_id: str, algo: str | None = None, overrides: list[str] | None = None, *, zoo: bool = True
+    env_id: str, algo: str | None = None, overrides: list[str] | None = None, *, zoo: bool = True,
+    probed: Probe | None = None,
 ) -> Defaults:
     """The config tree ``mlxe train --env env_id [--algo algo] overrides`` trains with.
 
     ``overrides`` are applied last (they win); the ``env.*`` ones are applied before the environment
     is inspected too, so its kwargs, wrappers or Atari preprocessing shape the defaults. ``zoo``:
     use the zoo's entry for the pair when there is one (False: the defaults whatever the zoo holds).
+    ``probed``: the random-policy probe of the same ``env:`` section, where one was run already.
     """
     from mlxe.config import read_yaml
 
@@ -240,7 +242,7 @@ def defaults_for(
         tree = read_yaml(tuned)
         notes.append(f"the zoo's tuned config {tuned.relative_to(ZOO.parents[1])}")
     else:
-        found = probe_env(env_section)
+        found = probed if probed is not None else probe_env(env_section)
         tree = _defaults_tree(algo, facts, found)
         tree["env"] = {**tree["env"], **env_section}
         notes += _describe(tree, facts, found)

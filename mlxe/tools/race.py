@@ -45,9 +45,10 @@ import yaml
 
 from mlxe.config import ConfigError
 from mlxe.defaults import Defaults, defaults_for
+from mlxe.envs.probe import Probe
 from mlxe.loading import from_dict
 from mlxe.runtime.stuck import level
-from mlxe.tools.search import read_evaluations
+from mlxe.tools.search import read_evaluations, unused_dir
 from mlxe.tools.tune import catch_stop_signals, run_trial
 
 # The candidates per action kind: the families of the zoo that act in that space.
@@ -115,13 +116,16 @@ def marks_for(candidates: int, budget: int) -> list[int]:
 
 
 def portfolio(env_id: str, overrides: Sequence[str], entries: Sequence[tuple[str, str, Sequence[str]]],
-              goal: float | None) -> list[Candidate]:
+              goal: float | None, probed: Probe | None = None) -> list[Candidate]:
     """The race's candidates: for each entry (name, algorithm, its own overrides) the defaults of the
     algorithm on ``env_id`` (the zoo's entry where it has one), with ``overrides`` then its own applied,
-    and ``goal`` as its ``stop.eval_return`` (None: evaluated all the same, never stopping early)."""
+    and ``goal`` as its ``stop.eval_return`` (None: evaluated all the same, never stopping early);
+    ``probed``: the environment's random-policy probe, run once for the candidates that do not change
+    its ``env:`` section."""
     out = []
     for name, algo, own in entries:
-        chosen = defaults_for(env_id, algo, [*overrides, *own])
+        same_env = not any(o.startswith("env.") for o in own)  # else the probe is of another env section
+        chosen = defaults_for(env_id, algo, [*overrides, *own], probed=probed if same_env else None)
         chosen.tree["stop"]["eval_return"] = goal if goal is not None else math.inf
         cfg = from_dict(chosen.tree)
         if any(note.startswith("the zoo's tuned config") for note in chosen.notes):
@@ -151,7 +155,7 @@ def race(
     goal = first.tree["stop"]["eval_return"]  # None: no goal, the best curve at the last mark wins
     if entries is None:
         entries = [(algo, algo, ()) for algo in PORTFOLIO[first.facts.action_kind]]
-    candidates = portfolio(env_id, overrides, entries, goal)
+    candidates = portfolio(env_id, overrides, entries, goal, first.probe)
     budget = budget if budget is not None else int(first.tree["stop"]["max_env_steps"])
     marks = marks_for(len(candidates), budget)
     need = max(c.min_steps for c in candidates)
@@ -165,7 +169,10 @@ def race(
         )
     parallel = parallel or max(1, (os.cpu_count() or 2) // 2)
     random_level = level(first.probe) if first.probe is not None else None
-    root = Path(race_dir) if race_dir is not None else _new_race_dir(first)
+    if race_dir is None:
+        run_dir = Path(first.tree.get("run", {}).get("dir", "runs"))
+        race_dir = unused_dir(run_dir, "race-" + first.facts.env_id.replace("/", "-").replace(":", "-").lower())
+    root = Path(race_dir)
     root.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     won, interrupted = threading.Event(), threading.Event()
@@ -220,17 +227,6 @@ def _halve(racing: list[Candidate], goal: float | None, last: bool) -> Candidate
     for c in alive[1 if last else math.ceil(len(racing) / 2):]:
         c.state = "out"
     return alive[0] if last and alive else None
-
-
-def _new_race_dir(first: Defaults) -> Path:
-    """``<run.dir>/race-<env>-<time>``, with ``-2``, ... after it when taken."""
-    name = first.facts.env_id.replace("/", "-").replace(":", "-").lower()
-    base = Path(first.tree.get("run", {}).get("dir", "runs")) / f"race-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
 
 
 def _train_to(c: Candidate, root: Path, mark: int, won: threading.Event, interrupted: threading.Event) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from mlxe.config import Config, ConfigError
 from mlxe.loading import load_config
 
-__all__ = ["Param", "parse_param", "parse_space", "read_evaluations", "objective_column", "new_study_dir", "connect_ray"]
+__all__ = ["Param", "parse_param", "parse_space", "read_evaluations", "objective_column", "new_study_dir", "unused_dir", "connect_ray"]
 
 _INT = re.compile(r"[+-]?\d+")
 
@@ -146,7 +146,12 @@ def objective_column(cfg: Config, config_path: str | Path, metric: str | None) -
 
 def new_study_dir(cfg: Config, kind: str) -> Path:
     """A study directory not yet taken: ``<run.dir>/<kind>-<config name>-<time>`` (``-2``, ... after it)."""
-    base = Path(cfg.run.dir) / f"{kind}-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return unused_dir(Path(cfg.run.dir), f"{kind}-{cfg.name}")
+
+
+def unused_dir(parent: Path, name: str) -> Path:
+    """``<parent>/<name>-<time>``, with ``-2``, ... after it when that is taken."""
+    base = parent / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, n = base, 1
     while path.exists():
         n += 1

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from mlxe import defaults
 from mlxe.cli import main
 from mlxe.config import ConfigError
-from mlxe.tools.race import cost, marks_for, race, survivors
+from mlxe.tools.race import cost, marks_for, portfolio, race, survivors
 
 # Small iterations (1 Executor x 4 environments x 32 steps) evaluated every iteration over 5 episodes;
 # a goal no CartPole episode reaches (500 steps at most), so that every round is played.
@@ -32,6 +33,16 @@ def test_a_budget_too_small_for_the_candidates_says_how_much_they_need(capsys):
     assert main(["train", "--env", "CartPole-v1", "--budget", "1000"]) == 2
     assert "--budget and --parallel go with --auto" in capsys.readouterr().err
     assert main(["train", "--env", "CartPole-v1", "--auto", "--algo", "ppo"]) == 2
+
+
+def test_the_candidates_share_the_probe_of_their_environment(monkeypatch):
+    probed = defaults.probe_env({"id": "MountainCar-v0"})  # no zoo entry: every candidate takes the defaults
+    seen = []
+    monkeypatch.setattr(defaults, "probe_env", lambda env: seen.append(dict(env)) or probed)
+    entries = [("a", "pg", []), ("b", "pg", ["env.max_episode_steps=5"]), ("c", "a2c", [])]
+    candidates = portfolio("MountainCar-v0", [], entries, None, probed)
+    assert [c.chosen.probe is probed for c in candidates] == [True, True, True]
+    assert seen == [{"id": "MountainCar-v0", "max_episode_steps": 5}]  # probed again: its own env section
 
 
 def test_a_race_of_three_stops_the_weakest_first_resumes_the_others_and_writes_its_files(tmp_path):
