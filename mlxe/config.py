@@ -128,6 +128,7 @@ class TaskConfig:
     shaped_reward: bool = True  # 1 + centring + uprightness bonus per step
     failure_reward: float = -10.0  # reward of the failing step
     distance_discount: bool = True  # gamma(k) grows with the distance k to the failure
+    mirror: bool = False  # A3C's replayed batches add their mirror images (CartPole is symmetric in x)
 
 
 @dataclass
@@ -750,6 +751,8 @@ def check(cfg: Config) -> None:
         key, value = ("icm.nu", cfg.icm.nu) if cfg.icm.nu < 0 else ("icm.beta", cfg.icm.beta)
         raise ConfigError(f"{key}: {value!r} is not allowed; expected nu >= 0 and beta in [0, 1]")
     cfg.algo.check(cfg)
+    if cfg.env.task.enabled and cfg.env.task.mirror and cfg.algo.name != "a3c":
+        raise ConfigError(f"env.task.mirror: true is read by algo.name 'a3c' only, not {cfg.algo.name!r}")
     _check_ray(cfg)
     if cfg.memory.keep_last_steps > cfg.memory.capacity_per_executor:
         raise ConfigError(

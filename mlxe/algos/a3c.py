@@ -13,7 +13,8 @@ Reads top to bottom: hyper-parameters -> acting -> targets -> loss -> update.
   gamma(k) = clip(0.0379 ln k + 0.7983, 0.5, 0.99) for the k-th step before a failure. Episodes
   cut by the step cap are not failures: they bootstrap from V(s') with ``gamma``. With ``td_n``
   the value target is the n-step TD target. The replay is uniform or three-factor prioritized
-  (age, risk, TD error), re-weighted before every handout; V-trace targets there too.
+  (age, risk, TD error), re-weighted before every handout; V-trace targets there too. On the
+  CartPole task with ``env.task.mirror`` each batch handed out adds its mirror images.
 * Loss: mean(0.5 (G - V)^2 + CE(a) * stopgrad(G - V) - 0.01 H(pi)), the policy term optionally
   corrected for the replayed steps' older behaviour policy (truncated importance weights, V-trace).
 * Recurrent core (``model.core``, RELAAX's DA3C-LSTM on the study's replay): Executors carry the
@@ -89,6 +90,12 @@ class Config(AlgoConfig):
             raise ConfigError(
                 f"algo.burn_in: {self.burn_in!r} is not allowed; expected 0, or with a model.core between 1 and "
                 f"algo.sequence_length - 1 ({self.sequence_length - 1})"
+            )
+        if cfg.env.task.enabled and cfg.env.task.mirror and (cfg.model.core != "none" or self.off_policy == "vtrace"):
+            key, value = ("model.core", cfg.model.core) if cfg.model.core != "none" else ("algo.off_policy", "vtrace")
+            raise ConfigError(
+                f"{key}: {value!r} is not allowed with env.task.mirror (mirror images are of single steps, "
+                "with the returns their episodes gave)"
             )
         if cfg.filters.obs or cfg.filters.reward:
             key = "filters.obs" if cfg.filters.obs else "filters.reward"

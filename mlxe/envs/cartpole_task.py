@@ -27,6 +27,7 @@ __all__ = [
     "CartPoleTask",
     "adverse_start_probability",
     "failure_discounts",
+    "with_mirror_images",
 ]
 
 ADVERSE_START_KINDS: tuple[str, ...] = ("none", "x-", "x+", "theta-", "theta+")
@@ -88,6 +89,27 @@ def failure_discounts(n: int) -> np.ndarray:
         raise ValueError(f"n must be >= 0, got {n}")
     k = np.arange(1, n + 1, dtype=np.float64)
     return np.clip(DISCOUNT_SLOPE * np.log(k) + DISCOUNT_INTERCEPT, MIN_DISCOUNT, MAX_DISCOUNT)
+
+
+def with_mirror_images(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``batch`` [B] followed by its mirror images [B]: each field [2B, ...].
+
+    CartPole is symmetric under x -> -x: a step (s, a) with its return G is also a step of the
+    mirrored policy from the mirrored state, (-s, 1 - a) with the same G. A mirror image negates
+    the four state variables of ``obs`` and ``next_obs`` (cart position and velocity, pole angle
+    and angular velocity; an appended x^2 stays), swaps the action (0 pushes left, 1 right) and
+    keeps every other field: rewards, returns, the behaviour's log-probability of the (mirrored)
+    action, priorities' weights. Without it a replay that keeps the steps before each failure
+    holds the states of the side the episodes drift out on, and the policy learns one side only.
+    """
+    if batch["obs"].ndim != 2 or batch["obs"].shape[1] not in (4, 5):
+        raise ValueError(f"mirror images need CartPole observations [B, 4] or [B, 5], got {batch['obs'].shape}")
+    sign = np.ones(batch["obs"].shape[1], batch["obs"].dtype)
+    sign[:4] = -1
+    images = {**batch, "obs": batch["obs"] * sign, "action": 1 - batch["action"]}
+    if "next_obs" in batch:
+        images["next_obs"] = batch["next_obs"] * sign
+    return {k: np.concatenate([v, images[k]]) for k, v in batch.items()}
 
 
 class CartPoleTask(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):

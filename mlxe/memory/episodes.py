@@ -9,7 +9,8 @@ an episode cut by the step cap bootstraps from V(s') of the weights refreshed la
 ``algo.td_n`` the value target is the n-step TD target. They go into an
 :class:`~mlxe.memory.episode_replay.EpisodeReplay`, which every handout re-weights (three-factor
 priorities, V-trace targets) and samples: max(``min_updates``, N // batch + 1) batches for N stored
-steps, the study's minimum-model-updates rule (MMUF).
+steps, the study's minimum-model-updates rule (MMUF). With ``env.task.mirror`` each batch is handed
+out with its mirror images (:func:`~mlxe.envs.cartpole_task.with_mirror_images`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mlxe.core import Handout, Memorizer, Segment
-from mlxe.envs.cartpole_task import failure_discounts
+from mlxe.envs.cartpole_task import failure_discounts, with_mirror_images
 from mlxe.memory.episode_replay import EpisodeReplay
 from mlxe.models.actor_critic import NetSpec
 from mlxe.models.network import acting_network
@@ -106,6 +107,7 @@ class EpisodeMemory(Memorizer):
         self.batch_size, self.min_updates = a.batch_size, a.min_updates
         self.keep = cfg.memory.keep_last_steps
         self.distance_discount = cfg.env.task.enabled and cfg.env.task.distance_discount
+        self.mirror = cfg.env.task.enabled and cfg.env.task.mirror
         self.rewards = rewards
         replay_seed = np.random.SeedSequence(seed).spawn(1)[0]  # a stream of its own for the sampling
         self.shares = shares
@@ -194,7 +196,10 @@ class EpisodeMemory(Memorizer):
         count = -(-self.batches_due(len(self.replay) * self.shares) // self.shares)
         self.iterations += 1
         scores, self.scores = self.scores, []
-        return Handout((self.replay.batch() for _ in range(count)), episodes=scores)
+        batches = (self.replay.batch() for _ in range(count))
+        if self.mirror:  # the CartPole task's: each batch with its mirror images
+            batches = (with_mirror_images(b) for b in batches)
+        return Handout(batches, episodes=scores)
 
     def state_dict(self) -> dict:
         """The replay and counters; episodes in progress are not kept (a resumed run's Executors

@@ -814,3 +814,38 @@ def test_recurrent_config_errors_name_the_key(overrides):
     key = overrides[-1].split("=")[0]
     with pytest.raises(ConfigError, match=key):
         config(*overrides)
+
+
+def test_the_cartpole_tasks_mirror_hands_out_each_replayed_batch_with_its_mirror_images():
+    cfg = load_config("configs/cartpole_a3c.yaml", ["executors=1", "env.task.mirror=true", "algo.batch_size=4",
+                                                    "algo.min_updates=2"])
+    spec = NetSpec(obs_shape=5, n_actions=2, trunk=(8,), policy_head=(8,), value_head=(8,))
+    memorizer = A3C.make_memorizer(cfg, spec, 0)
+    memorizer.refresh(np.zeros(spec.num_params(), np.float32))
+    rng = np.random.default_rng(0)
+    n = 6
+    obs = rng.standard_normal((n + 1, 1, 5)).astype(np.float32)
+    steps = {"obs": obs[:n], "action": rng.integers(0, 2, (n, 1)), "reward": np.ones((n, 1), np.float32),
+             "terminated": np.eye(n, 1, -(n - 1), bool), "truncated": np.zeros((n, 1), bool),
+             "logp": np.full((n, 1), -0.5, np.float32)}
+    memorizer.add(Segment(executor=0, version=1, steps=steps, next_obs=obs[n], final_t=np.array([n - 1]),
+                          final_env=np.array([0]), final_obs=obs[n]))
+    batches = list(memorizer.handout(0.0).batches)
+    assert len(batches) == 2  # max(min_updates 2, 6 // 4 + 1)
+    for batch in batches:
+        assert len(batch["action"]) == 8  # 4 replayed steps and their 4 images
+        np.testing.assert_array_equal(batch["obs"][4:, :4], -batch["obs"][:4, :4])
+        np.testing.assert_array_equal(batch["action"][4:], 1 - batch["action"][:4])
+        np.testing.assert_array_equal(batch["ret"][4:], batch["ret"][:4])
+    off = load_config("configs/cartpole_a3c.yaml", ["executors=1", "env.task.mirror=true", "env.task.enabled=false"])
+    assert A3C.make_memorizer(off, spec, 0).mirror is False  # off with the task, as its other options
+
+
+@pytest.mark.parametrize("path, overrides, key", [
+    ("configs/zoo/ppo/CartPole-v1.yaml", ["env.task.enabled=true"], "env.task.mirror"),
+    ("configs/cartpole_a3c.yaml", ["algo.off_policy=vtrace"], "algo.off_policy"),
+    ("configs/cartpole_a3c.yaml", ["model.core=lstm"], "model.core"),
+])
+def test_the_mirror_is_an_error_where_nothing_reads_it_or_its_images_would_be_wrong(path, overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        load_config(path, ["env.task.mirror=true", *overrides])

@@ -13,6 +13,7 @@ from mlxe.envs.cartpole_task import (
     CartPoleTask,
     adverse_start_probability,
     failure_discounts,
+    with_mirror_images,
 )
 
 THETA_THRESHOLD = 0.20944
@@ -300,3 +301,29 @@ def test_failure_discounts_edge_sizes() -> None:
     np.testing.assert_array_equal(failure_discounts(3), failure_discounts(10)[:3])
     with pytest.raises(ValueError, match="n must be >= 0"):
         failure_discounts(-1)
+
+
+def test_mirror_images_negate_the_state_keep_x_squared_and_swap_the_action() -> None:
+    obs = np.array([[0.5, -0.2, 0.05, 0.3, 0.25], [-1.0, 0.1, -0.02, -0.4, 1.0]], np.float32)
+    batch = {"obs": obs, "next_obs": obs + 0.01, "action": np.array([0, 1]), "ret": np.array([3.0, -10.0]),
+             "logp": np.array([-0.1, -2.0], np.float32)}
+    both = with_mirror_images(batch)
+    np.testing.assert_array_equal(both["obs"][:2], obs)
+    np.testing.assert_array_equal(both["obs"][2:], np.array([[-0.5, 0.2, -0.05, -0.3, 0.25], [1.0, -0.1, 0.02, 0.4, 1.0]], np.float32))
+    np.testing.assert_array_equal(both["next_obs"][2:, :4], -(obs[:, :4] + 0.01))
+    np.testing.assert_array_equal(both["action"], [0, 1, 1, 0])
+    np.testing.assert_array_equal(both["ret"], [3.0, -10.0, 3.0, -10.0])
+    np.testing.assert_array_equal(both["logp"], np.tile(batch["logp"], 2))
+    assert both["obs"].dtype == np.float32
+    # the images are the states CartPole itself reaches from mirrored starts with mirrored actions
+    env, mirrored = gymnasium.make("CartPole-v1").unwrapped, gymnasium.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    mirrored.reset(seed=0)
+    mirrored.state = -np.asarray(env.state)
+    for action in [0, 1, 1, 0, 1]:
+        s = env.step(action)[0]
+        m = mirrored.step(1 - action)[0]
+        image = with_mirror_images({"obs": s[None], "action": np.array([action])})
+        np.testing.assert_allclose(image["obs"][1], m, atol=1e-6)
+    with pytest.raises(ValueError, match=r"\[B, 4\] or \[B, 5\]"):
+        with_mirror_images({"obs": np.zeros((2, 3), np.float32), "action": np.zeros(2, np.int64)})

@@ -97,9 +97,9 @@ def test_a_run_apart_checkpoints_both_roles_and_resumes(tmp_path):
 
 def test_the_study_oa_with_its_own_memorizer_and_learner_reaches_a_long_episode(tmp_path):
     """The study's OA as it ran it (lr 1e-3, batch 512): seeds 0-4 played a 1,000-step episode within
-    32 / 43 / 132 / 63 / 112 episodes (AMD EPYC, 2 cores; the Learner's pace beside the Executor's
-    varies run to run, and with the load of the machine); the budget of 1,500 episodes is 11x the
-    slowest; seed 0."""
+    52 / 52 / 42-52 / 52 / 43 episodes in two rounds (AMD EPYC, 2 cores; the Learner's pace beside the
+    Executor's varies run to run, and with the load of the machine); the budget of 1,500 episodes is
+    28x the slowest; seed 0."""
     cfg = load_config("configs/cartpole_a3c.yaml", [
         f"run.dir={tmp_path}", *QUIET, *APART, "seed=0", "algo.lr=1e-3", "algo.batch_size=512",
         "env.max_episode_steps=1000", "stop.goal_episode_length=1000", "stop.max_episodes=1500",

@@ -3,7 +3,8 @@
 Variants are cumulative where the study's were: the baseline (uniform replay, N // batch + 1
 updates), + the minimum-updates rule (MMUF), + MMUF with prioritized replay by each factor, each pair
 and all three, + reversed epsilon-greedy, then single options on top of the study's best combination:
-NoisyNets, TD(n), truncated importance weights, V-trace, prioritized-replay importance weights.
+NoisyNets, TD(n), truncated importance weights (and with them the task's mirrored batches, the
+default), V-trace, prioritized-replay importance weights.
 Reports success rate and median [min-max] episodes, model updates, env steps and wall seconds to
 the 50,000-step goal, as ``ablations.md`` and ``ablations.png``.
 """
@@ -16,7 +17,7 @@ from mlxe.tools.bench.compare import bench_dir, markdown_table, run_variants, wa
 
 BASELINE = ["arch=is", "memory.sampler=uniform", "algo.min_updates=0", "algo.exploration.name=softmax",
             "algo.td_n=null", "algo.off_policy=none", "model.noisy_policy=false", "algo.max_grad_norm=null",
-            "memory.priority.importance_weights=false", "algo.promote_best_every=null"]
+            "memory.priority.importance_weights=false", "algo.promote_best_every=null", "env.task.mirror=false"]
 MMUF = ["algo.min_updates=64"]
 
 
@@ -40,7 +41,8 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("+REG only", ["algo.exploration.name=reversed_epsilon_greedy"]),
     ("seed best +NoisyNet", [*SEED_BEST, "model.noisy_policy=true"]),
     ("seed best +TD(1)", [*SEED_BEST, "algo.td_n=1"]),
-    ("seed best +truncated IS (default)", [*SEED_BEST, "algo.off_policy=truncated_is"]),
+    ("seed best +truncated IS", [*SEED_BEST, "algo.off_policy=truncated_is"]),
+    ("seed best +truncated IS +mirror (default)", [*SEED_BEST, "algo.off_policy=truncated_is", "env.task.mirror=true"]),
     ("baseline +truncated IS", ["algo.off_policy=truncated_is"]),
     ("baseline +grad clip 1", ["algo.max_grad_norm=1.0"]),
     ("seed best +V-trace", [*SEED_BEST, "algo.off_policy=vtrace"]),
