@@ -173,7 +173,7 @@ def test_importance_weights_by_hand():
 
 # --------------------------------------------------------------------------- V-trace targets
 
-VTRACE = ("algo.off_policy=vtrace", "algo.batch_size=64")
+VTRACE = ("algo.off_policy=vtrace", "env.task.mirror=false", "algo.batch_size=64")
 
 
 def expected_vtrace(net: NumpyActorCritic, steps: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +268,7 @@ def test_state_round_trip_keeps_priorities():
 
 
 def test_state_round_trip_keeps_vtrace_targets():
-    cfg = config("algo.off_policy=vtrace")
+    cfg = config("algo.off_policy=vtrace", "env.task.mirror=false")
     mem = replay(cfg, executors=1, seed=0)
     mem.add(episode(6, 0, seed=17))
     mem.begin_iteration(1, random_weights(5))
@@ -355,7 +355,7 @@ def test_sequences_start_from_stored_states_and_stop_at_the_episode_end(capacity
 def test_recurrent_vtrace_reads_every_row_with_its_stored_state():
     from mlxe.models.actor_critic import NumpyActorCritic as Net
 
-    mem = recurrent_replay("algo.off_policy=vtrace")
+    mem = recurrent_replay("algo.off_policy=vtrace", "env.task.mirror=false")
     first = recurrent_episode(3, 0, seed=1)
     first["done"][-1], first["discount"][-1] = 1.0, 0.0  # a failure: nothing to bootstrap
     eps = [first, recurrent_episode(2, 3, seed=2)]

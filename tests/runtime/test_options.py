@@ -16,7 +16,7 @@ OPTIONS = {
     "noisy": ["model.noisy_policy=true"],
     "td-n": ["algo.td_n=3"],
     "truncated-is": ["algo.off_policy=truncated_is"],
-    "vtrace": ["algo.off_policy=vtrace", "memory.sampler=prioritized"],
+    "vtrace": ["algo.off_policy=vtrace", "env.task.mirror=false", "memory.sampler=prioritized"],
     "promotion": ["algo.promote_best_every=2"],
 }
 
